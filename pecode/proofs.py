@@ -213,11 +213,13 @@ def attention_permutation_equivariance(n: int = 3, d: int = 2, *, causal: bool =
         "A projection acts on each row, so permuting rows first or last is the same",
         (P * X) * W_V,
         P * (X * W_V),
+        latex="(PX)W_V = P(XW_V)",
     )
     step_scores = Step(
         "The score matrix $S = XW_Q(XW_K)^\\top$ is permuted on both sides",
         (P * X * W_Q) * (P * X * W_K).T,
         P * (X * W_Q * W_K.T * X.T) * P.T,
+        latex="(PXW_Q)(PXW_K)^\\top = P\\,(XW_QW_K^\\top X^\\top)\\,P^\\top",
     )
     step_output = Step(
         "With $A$ the attention matrix, $P^\\top P = I$ cancels between weights and values",

@@ -26,7 +26,7 @@ def normalize(nb: nbformat.NotebookNode) -> None:
     nb.metadata.pop("widgets", None)
     nb.metadata.get("language_info", {}).pop("version", None)
     for index, cell in enumerate(nb.cells):
-        cell["id"] = f"cell-{index:03d}"  # stable ids: no churn in diffs
+        cell["id"] = str(index)  # stable ids, numbered as nbstripout numbers them
         for key in VOLATILE_CELL_KEYS:
             cell.metadata.pop(key, None)
 
