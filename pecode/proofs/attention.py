@@ -1,141 +1,15 @@
-"""Proofs in sympy: every identity the book states, as a function that checks it.
-
-A proof is a list of :class:`Step`\\ s. Each step states ``lhs = rhs`` and sympy
-computes its *residual*, ``lhs - rhs`` simplified (after the step's stated
-assumptions are substituted). A step holds when its residual is exactly zero; a
-proof holds when all its steps do. Where a statement is about every size ``n``,
-the algebra is done with symbolic matrices (``sympy.MatrixSymbol`` of symbolic
-shape); where it needs explicit entries (a softmax), it is checked for every
-permutation of ``n`` tokens with fully symbolic entries, and the prose of the
-book gives the index argument that covers all ``n``.
-
-In a notebook a :class:`Proof` renders its steps as Markdown with LaTeX.
-"""
+"""Proofs about attention itself (chapter 1): permutation equivariance and its exception."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import sympy as sp
-from sympy.matrices.expressions.matexpr import MatrixExpr
 
-__all__ = [
-    "Proof",
-    "Step",
-    "attention_permutation_equivariance",
-    "is_zero",
-    "permutation_matrix",
-    "residual",
-    "softmax_rows",
-]
+from pecode.proofs.core import Proof, Step
 
-
-def residual(lhs: Any, rhs: Any, subs: Mapping[Any, Any] | None = None) -> Any:
-    """Simplified ``lhs - rhs``: zero (a scalar ``0`` or a zero matrix) when they are equal.
-
-    Args:
-        lhs, rhs: sympy scalars, explicit matrices, or matrix expressions.
-        subs: substitutions applied to the difference first (the step's assumptions,
-            such as ``{P.T * P: Identity(n)}``).
-    """
-    diff = lhs - rhs
-    if subs:
-        diff = diff.subs(dict(subs))
-    if isinstance(diff, sp.MatrixBase):
-        return diff.applyfunc(lambda e: sp.simplify(sp.expand(e)))
-    if isinstance(diff, MatrixExpr):
-        return diff.doit()
-    return sp.simplify(diff)
-
-
-def is_zero(value: Any) -> bool:
-    """True when a residual is exactly zero (scalar, explicit matrix or matrix expression)."""
-    if isinstance(value, sp.MatrixBase):
-        return all(entry == 0 for entry in value)
-    if isinstance(value, MatrixExpr):
-        return bool(value.is_ZeroMatrix) or value == 0
-    return value == 0
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of a proof: the claim ``lhs = rhs``, checked by sympy.
-
-    Args:
-        text: what the step says, in words (Markdown; math in ``$...$``).
-        lhs, rhs: the two sides, as sympy objects.
-        subs: assumptions substituted before simplifying, e.g. ``{P.T*P: I}``.
-        latex: how to display the claim when the sides are too large to print
-            (for example a check over every permutation); defaults to ``lhs = rhs``.
-    """
-
-    text: str
-    lhs: Any
-    rhs: Any
-    subs: Mapping[Any, Any] | None = None
-    latex: str | None = None
-
-    @cached_property
-    def residual(self) -> Any:
-        """The simplified ``lhs - rhs`` after the assumptions are substituted."""
-        return residual(self.lhs, self.rhs, self.subs)
-
-    @property
-    def holds(self) -> bool:
-        """True when the residual is exactly zero."""
-        return is_zero(self.residual)
-
-    def to_latex(self) -> str:
-        """The displayed claim in LaTeX."""
-        if self.latex is not None:
-            return self.latex
-        return f"{sp.latex(self.lhs)} = {sp.latex(self.rhs)}"
-
-
-@dataclass(frozen=True)
-class Proof:
-    """A named claim and the steps that establish it.
-
-    ``proof.holds()`` is True when every step's residual is zero;
-    ``proof.residual`` is the residual of the last step, which states the claim.
-    """
-
-    title: str
-    claim: str
-    steps: tuple[Step, ...] = field(default_factory=tuple)
-
-    @property
-    def residual(self) -> Any:
-        """Residual of the final step (the claim itself)."""
-        return self.steps[-1].residual
-
-    def holds(self) -> bool:
-        """True when every step's residual simplifies to zero."""
-        return all(step.holds for step in self.steps)
-
-    def failing_steps(self) -> list[int]:
-        """1-based numbers of the steps whose residual is not zero."""
-        return [i for i, step in enumerate(self.steps, start=1) if not step.holds]
-
-    def _repr_markdown_(self) -> str:
-        lines = [f"**{self.title}.** {self.claim}", ""]
-        for number, step in enumerate(self.steps, start=1):
-            verdict = "residual $0$ ✓" if step.holds else "residual **not zero** ✗"
-            lines += [f"{number}. {step.text} ({verdict})", "", f"   $${step.to_latex()}$$", ""]
-        failing = self.failing_steps()
-        if failing:
-            lines.append(f"**Does not hold:** step(s) {', '.join(map(str, failing))} fail.")
-        else:
-            lines.append("**Holds:** every residual simplifies to $0$. ∎")
-        return "\n".join(lines)
-
-    def __repr__(self) -> str:
-        status = "holds" if self.holds() else f"fails at steps {self.failing_steps()}"
-        return f"Proof({self.title!r}: {len(self.steps)} steps, {status})"
+__all__ = ["attention_permutation_equivariance", "permutation_matrix", "softmax_rows"]
 
 
 def permutation_matrix(perm: Sequence[int]) -> sp.Matrix:

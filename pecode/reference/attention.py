@@ -1,9 +1,4 @@
-"""Slow, obviously correct references that tests and notebooks check pecode against.
-
-Each function here spells out a definition from a paper one scalar at a time, in
-float64, with Python loops and no vectorization tricks. They are far too slow for use;
-their job is to be easy to read and independent of the fast code they check.
-"""
+"""Reference for attention itself: multi-head attention, one scalar at a time."""
 
 from __future__ import annotations
 

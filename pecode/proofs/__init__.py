@@ -1,0 +1,33 @@
+"""Proofs in sympy: every identity the book states, as a function that checks it.
+
+A proof is a list of :class:`~pecode.proofs.core.Step`\\ s. Each step states ``lhs = rhs`` and sympy
+computes its *residual*, ``lhs - rhs`` simplified (after the step's stated
+assumptions are substituted). A step holds when its residual is exactly zero; a
+proof holds when all its steps do. Where a statement is about every size ``n``,
+the algebra is done with symbolic matrices (``sympy.MatrixSymbol`` of symbolic
+shape); where it needs explicit entries (a softmax), it is checked for every
+permutation of ``n`` tokens with fully symbolic entries, and the prose of the
+book gives the index argument that covers all ``n``.
+
+In a notebook a :class:`~pecode.proofs.core.Proof` renders its steps as Markdown with LaTeX.
+
+Submodules hold the proofs of one chapter or family each; the names below are
+re-exported for convenience.
+"""
+
+from pecode.proofs.attention import (
+    attention_permutation_equivariance,
+    permutation_matrix,
+    softmax_rows,
+)
+from pecode.proofs.core import Proof, Step, is_zero, residual
+
+__all__ = [
+    "Proof",
+    "Step",
+    "attention_permutation_equivariance",
+    "is_zero",
+    "permutation_matrix",
+    "residual",
+    "softmax_rows",
+]
