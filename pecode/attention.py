@@ -5,12 +5,18 @@ Every encoding in the book enters attention in one of three places:
 1. added to the token embeddings before attention (sinusoidal, learned): outside
    this module, the scheme here is ``None``;
 2. as a transformation of queries and keys (RoPE): :meth:`PositionScheme.transform_qk`;
-3. as an additive bias on the attention logits (ALiBi, T5, Shaw's key term):
-   :meth:`PositionScheme.score_bias`.
+3. as an additive term on the attention logits, which may depend on the queries and
+   keys (ALiBi, T5, Shaw's key term, Transformer-XL's and DeBERTa's position terms):
+   :meth:`PositionScheme.score_bias`, with :meth:`PositionScheme.logit_scale` for
+   schemes that rescale the logits (DeBERTa);
+4. as a term added to the output that depends on the attention weights (Shaw's value
+   term): :meth:`PositionScheme.output_term`.
 
-:class:`MultiHeadAttention` calls both hooks and hands the result to
+:class:`MultiHeadAttention` calls the hooks and hands the result to
 :func:`torch.nn.functional.scaled_dot_product_attention`, with the bias and any
-masks folded into one float mask, so every scheme uses PyTorch's fused kernels.
+masks folded into one float mask, so every scheme uses PyTorch's fused kernels. Only a
+scheme that overrides :meth:`PositionScheme.output_term` needs the weights themselves;
+attention then computes them explicitly.
 """
 
 from __future__ import annotations
@@ -48,9 +54,31 @@ class PositionScheme(nn.Module):
     ) -> Tensor | None:
         """Return an additive logit bias broadcastable to ``[B, H, Lq, Lk]``, or ``None``.
 
-        The bias is added to the *scaled* logits ``q·k / sqrt(Dh)``.
+        The bias is added to the *scaled* logits ``q·k * logit_scale(Dh)``, before the
+        softmax; it receives ``q`` and ``k`` after :meth:`transform_qk`.
         """
         return None
+
+    def logit_scale(self, head_dim: int) -> float:
+        """The factor on ``q·k``; ``1 / sqrt(head_dim)`` as in Vaswani et al. (2017)."""
+        return 1.0 / math.sqrt(head_dim)
+
+    def output_term(self, weights: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
+        """Return a term added to each head's output, computed from the attention weights.
+
+        Shapes::
+
+            weights: [B, H, Lq, Lk] (after dropout)    returns: [B, H, Lq, Dh]
+
+        The base class does not define one; a scheme that overrides this method makes
+        attention compute the weights explicitly instead of calling the fused kernel.
+        """
+        raise NotImplementedError
+
+    @property
+    def has_output_term(self) -> bool:
+        """True when a subclass overrides :meth:`output_term`."""
+        return type(self).output_term is not PositionScheme.output_term
 
 
 def causal_mask(q_len: int, k_len: int, device: torch.device | str | None = None) -> Tensor:
@@ -197,9 +225,16 @@ class MultiHeadAttention(nn.Module):
             TypeError: ``x`` is not floating, or ``positions`` is not integer.
         """
         q, k, v, mask = self._prepare(x, positions, causal, attn_mask)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0
-        )
+        dropout = self.dropout if self.training else 0.0
+        if self.position.has_output_term:
+            weights = F.dropout(self._weights(q, k, mask), p=dropout, training=self.training)
+            positions = self._check_positions(positions, x.shape[0], x.shape[1], x.device)
+            out = weights @ v + self.position.output_term(weights, positions, positions)
+        else:
+            scale = self.position.logit_scale(self.head_dim)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale
+            )
         return self.out_proj(self._merge_heads(out))
 
     def attention_weights(
@@ -219,7 +254,11 @@ class MultiHeadAttention(nn.Module):
             x: [B, L, D]    returns: [B, H, L, L], each row sums to 1
         """
         q, k, _, mask = self._prepare(x, positions, causal, attn_mask)
-        logits = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+        return self._weights(q, k, mask)
+
+    def _weights(self, q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
+        """softmax(q·kᵀ · scale + mask): the weights, computed explicitly."""
+        logits = (q @ k.transpose(-2, -1)) * self.position.logit_scale(self.head_dim)
         if mask is not None:
             logits = logits + mask
         return logits.softmax(dim=-1)

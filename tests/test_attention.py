@@ -206,3 +206,48 @@ def test_additive_mask_combines_and_returns_none_when_empty():
     assert torch.all(combined.diagonal() == 0.5)
     with pytest.raises(TypeError, match="bias"):
         additive_mask(None, causal=False, bias=torch.ones(3, 3, dtype=torch.long), **common)
+
+
+class FixedValueTerm(PositionScheme):
+    """Adds Σ_j a_ij r_ij to each head's output, r_ij the same for every head."""
+
+    def __init__(self, value_bias: torch.Tensor) -> None:
+        super().__init__()
+        self.value_bias = value_bias  # [L, L, Dh]
+
+    def output_term(self, weights, q_positions, k_positions):
+        return torch.einsum("bhij,ijd->bhid", weights, self.value_bias)
+
+
+class HalfScale(PositionScheme):
+    def logit_scale(self, head_dim):
+        return 0.5 / math.sqrt(head_dim)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_output_term_matches_loop_reference(causal):
+    value_bias = torch.randn(5, 5, 4, dtype=torch.float64)
+    layer = make_layer(position=FixedValueTerm(value_bias))
+    assert layer.position.has_output_term
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    with torch.no_grad():
+        fast = layer(x, causal=causal)
+        slow = multi_head_attention_loop(layer, x, causal=causal, value_bias=value_bias)
+    assert torch.allclose(fast, slow, atol=1e-12)
+
+
+def test_logit_scale_is_used_by_both_paths():
+    layer = make_layer(position=HalfScale())
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    slow = multi_head_attention_loop(layer, x, scale=0.5 / math.sqrt(4))
+    with torch.no_grad():
+        assert torch.allclose(layer(x), slow, atol=1e-12)
+        weights = layer.attention_weights(x)
+        v = layer._split_heads(layer.v_proj(x))
+        assert torch.allclose(layer.out_proj(layer._merge_heads(weights @ v)), slow, atol=1e-12)
+
+
+def test_base_scheme_has_no_output_term():
+    assert not PositionScheme().has_output_term
+    with pytest.raises(NotImplementedError):
+        PositionScheme().output_term(torch.zeros(1, 1, 1, 1), torch.arange(1), torch.arange(1))

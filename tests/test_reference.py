@@ -53,3 +53,17 @@ def test_reference_rejects_bad_shapes():
         multi_head_attention_loop(layer, torch.zeros(1, 3, 3))
     with pytest.raises(ValueError, match="bias must have shape"):
         multi_head_attention_loop(layer, torch.zeros(1, 3, 2), bias=torch.zeros(3, 3))
+
+
+def test_value_bias_by_hand():
+    # zero queries: uniform weights 1/2 over two keys; the output adds the mean of r_ij
+    layer = identity_layer(1, 1)
+    with torch.no_grad():
+        layer.q_proj.weight.zero_()
+    x = torch.tensor([[[0.0], [1.0]]], dtype=torch.float64)
+    value_bias = torch.tensor([[[2.0], [4.0]], [[0.0], [-2.0]]], dtype=torch.float64)
+    out = multi_head_attention_loop(layer, x, value_bias=value_bias)
+    assert out[0, 0, 0].item() == pytest.approx(0.5 + 3.0, abs=1e-15)
+    assert out[0, 1, 0].item() == pytest.approx(0.5 - 1.0, abs=1e-15)
+    with pytest.raises(ValueError, match="value_bias must have shape"):
+        multi_head_attention_loop(layer, x, value_bias=torch.zeros(2, 2, 2))
