@@ -263,11 +263,13 @@ def angle_addition() -> Proof:
                 "The real part is the cosine of the sum",
                 cos_part,
                 sp.cos(alpha + beta),
+                latex="\\cos\\alpha\\cos\\beta - \\sin\\alpha\\sin\\beta = \\cos(\\alpha + \\beta)",
             ),
             Step(
                 "The imaginary part is the sine of the sum",
                 sin_part,
                 sp.sin(alpha + beta),
+                latex="\\sin\\alpha\\cos\\beta + \\cos\\alpha\\sin\\beta = \\sin(\\alpha + \\beta)",
             ),
             Step(
                 "So the product is the unit complex number at angle $\\alpha + \\beta$",
@@ -362,7 +364,7 @@ def relative_phase() -> Proof:
     the query at position ``m`` and the key at ``n`` by turning them by ``mθ`` and
     ``nθ``. Then the real dot product of the turned pairs is
     ``Re[q e^{imθ} conj(k e^{inθ})] = Re[q conj(k) e^{i(m-n)θ}]``: it depends on the
-    positions only through ``m - n`` (Su et al. 2024, eq. 11-12, for ``d = 2``).
+    positions only through ``m - n`` (Su et al. 2024, §3.2.1, the 2D case).
     Chapter 8 proves the general ``d``-dimensional statement.
     """
     q0, q1, k0, k1, m, n, theta, shift = sp.symbols("q_0 q_1 k_0 k_1 m n theta s", real=True)
