@@ -122,11 +122,12 @@ def alibi_causal_row_shift(n: int = 4) -> Proof:
         "$m\\,j$ changes by $m\\,t$, a row constant the softmax ignores",
         -m * ((i + t) - (j + t)),
         -m * (i - j),
+        latex="-m\\big((i + t) - (j + t)\\big) = -m(i - j)",
     )
     return Proof(
         "Causal ALiBi is a key-position bias",
         "Under a causal mask, the attention with bias $-m(i-j)$ equals the attention "
-        "with bias $m\\,j$, for every row $i$, every slope $m$ and every scores.",
+        "with bias $m\\,j$, for every row $i$, every slope $m$ and all scores.",
         (step_split, step_shift, step_row, step_matrix, step_translate),
     )
 
