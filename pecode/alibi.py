@@ -142,21 +142,26 @@ def alibi_bias_from_positions(
             f"q_positions and k_positions have different batch sizes: "
             f"{q_positions.shape[0]} and {k_positions.shape[0]}"
         )
+    if not symmetric:
+        q_last = q_positions.min(dim=-1).values  # the earliest query of each sequence
+        if bool((k_positions.min(dim=-1).values > q_last).any()):
+            raise ValueError("causal ALiBi: some query has no key at or before its position")
+    return _bias(slopes, q_positions, k_positions, symmetric)
+
+
+def _bias(slopes: Tensor, q_positions: Tensor, k_positions: Tensor, symmetric: bool) -> Tensor:
+    """The bias itself, without checks (see :func:`alibi_bias_from_positions`)."""
     # distance[..., i, j] = p_i - p_j, exact in int64
     distance = q_positions.to(slopes.device, torch.int64).unsqueeze(-1) - k_positions.to(
         slopes.device, torch.int64
     ).unsqueeze(-2)
-    batched = distance.dim() == 3
-    if batched:
+    if distance.dim() == 3:  # batched positions
         distance = distance.unsqueeze(1)  # [B, 1, Lq, Lk]
     m = slopes.view(-1, 1, 1)
     if symmetric:
         return -m * distance.abs().to(slopes.dtype)
-    visible = distance >= 0
-    if not bool(visible.any(dim=-1).all()):
-        raise ValueError("causal ALiBi: some query has no key at or before its position")
     bias = -m * distance.to(slopes.dtype)
-    return bias.masked_fill(~visible, float("-inf"))
+    return bias.masked_fill(distance < 0, float("-inf"))
 
 
 def alibi_bias(
@@ -279,6 +284,8 @@ class ALiBi(PositionScheme):
         # float32 or wider: the bias is exact enough before the cast to q's dtype
         dtype = torch.promote_types(q.dtype, torch.float32)
         slopes = self.slopes.to(device=q.device, dtype=dtype)
+        if q_positions is k_positions:  # self-attention: every query sees itself
+            return _bias(slopes, q_positions, k_positions, self.symmetric)
         return alibi_bias_from_positions(slopes, q_positions, k_positions, symmetric=self.symmetric)
 
     def extra_repr(self) -> str:
