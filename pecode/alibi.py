@@ -143,8 +143,8 @@ def alibi_bias_from_positions(
             f"{q_positions.shape[0]} and {k_positions.shape[0]}"
         )
     if not symmetric:
-        q_last = q_positions.min(dim=-1).values  # the earliest query of each sequence
-        if bool((k_positions.min(dim=-1).values > q_last).any()):
+        q_first = q_positions.min(dim=-1).values  # the earliest query of each sequence
+        if bool((k_positions.min(dim=-1).values > q_first).any()):
             raise ValueError("causal ALiBi: some query has no key at or before its position")
     return _bias(slopes, q_positions, k_positions, symmetric)
 
