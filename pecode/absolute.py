@@ -34,6 +34,9 @@ __all__ = [
 ]
 
 
+_CHUNK_ROWS = 1 << 14
+
+
 def _check_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
@@ -149,10 +152,14 @@ def sinusoidal_encoding(
     positions = _check_positions(positions)
     dtype = _check_float_dtype(dtype)
     freqs = sinusoidal_frequencies(dim, base)
-    angles = positions.detach().to("cpu", torch.float64).unsqueeze(-1) * freqs
-    # interleave: [..., dim/2, 2] with (sin, cos) in the last axis is columns 2i, 2i+1
-    table = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
-    return table.to(dtype).to(positions.device)
+    flat = positions.detach().to("cpu", torch.float64).reshape(-1)
+    out = torch.empty(flat.numel(), dim, dtype=dtype)
+    # in chunks of rows, so the float64 intermediates stay small for long tables
+    for start in range(0, flat.numel(), _CHUNK_ROWS):
+        angles = flat[start : start + _CHUNK_ROWS].unsqueeze(-1) * freqs
+        out[start : start + _CHUNK_ROWS, 0::2] = angles.sin()
+        out[start : start + _CHUNK_ROWS, 1::2] = angles.cos()
+    return out.view(*positions.shape, dim).to(positions.device)
 
 
 def sinusoidal_table(

@@ -35,7 +35,7 @@ BASE = sp.Symbol("b", positive=True)
 
 
 def _omega(i: sp.Expr = I_, d: sp.Expr = D, base: sp.Expr = BASE) -> sp.Expr:
-    return base ** (-2 * i / d)
+    return base ** (-2 * sp.sympify(i) / d)
 
 
 def _trig_residual(lhs, rhs):
@@ -108,6 +108,7 @@ def frequency_exp_log_form() -> Proof:
                 "Dividing by $b^{2i/d}$ is multiplying by $b^{-2i/d}$",
                 1 / BASE ** (two_i / D),
                 omega,
+                latex="\\frac{1}{b^{2i/d}} = b^{-2i/d}",
             ),
             Step(
                 "$a^x = e^{x \\ln a}$ for $a > 0$",
@@ -252,7 +253,10 @@ def sinusoidal_dot_product(dim: int = 4) -> Proof:
                 "Even in $k$: $\\cos$ is even, so offsets $k$ and $-k$ give the same value",
                 total.subs(K, -K).doit(),
                 total.doit(),
-                latex=f"{sp.latex(total.subs(K, -K))} = {sp.latex(total)}",
+                latex=(
+                    "\\sum_{i=0}^{d/2-1} \\cos(-k\\,\\omega_i) = "
+                    "\\sum_{i=0}^{d/2-1} \\cos(k\\,\\omega_i)"
+                ),
             ),
         ),
     )
