@@ -274,3 +274,39 @@ def test_adding_positions_breaks_permutation_equivariance(kind):
         encoded = attention(encoding(x))
         shuffled = attention(encoding(x[:, perm]))
     assert not torch.allclose(shuffled, encoded[:, perm], atol=1e-3)
+
+
+# --- the reference itself, and bad input found by hypothesis --------------------------
+
+
+def test_reference_by_hand():
+    row = sinusoidal_rows_loop([1], 4)[0]
+    assert row == [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)]
+    with pytest.raises(ValueError, match="dim"):
+        sinusoidal_rows_loop([0], 3)
+    with pytest.raises(ValueError, match="non-negative"):
+        sinusoidal_rows_loop([-1], 4)
+
+
+@given(dim=st.integers(-5, 99).filter(lambda d: d < 2 or d % 2))
+def test_any_odd_or_tiny_dim_is_refused(dim):
+    with pytest.raises(ValueError, match="dim"):
+        sinusoidal_table(3, dim)
+    with pytest.raises(ValueError, match="dim"):
+        SinusoidalPositionalEncoding(dim)
+
+
+@given(position=st.integers(-(10**6), -1), dtype=st.sampled_from([torch.int32, torch.int64]))
+def test_any_negative_position_is_refused(position, dtype):
+    positions = torch.tensor([0, position], dtype=dtype)
+    with pytest.raises(ValueError, match="non-negative"):
+        sinusoidal_encoding(positions, 4)
+    with pytest.raises(ValueError, match="non-negative"):
+        LearnedPositionalEncoding(4, 4)(torch.zeros(1, 2, 4), positions)
+
+
+@given(max_len=st.integers(1, 20), past=st.integers(0, 100))
+def test_any_position_past_the_table_is_refused(max_len, past):
+    module = LearnedPositionalEncoding(max_len, 3)
+    with pytest.raises(ValueError, match=f"max_len={max_len}"):
+        module(torch.zeros(1, 1, 3), torch.tensor([max_len + past]))
