@@ -21,6 +21,23 @@ ROOT = Path(__file__).resolve().parents[1]
 VOLATILE_CELL_KEYS = ("execution", "ExecuteTime", "collapsed", "scrolled")
 
 
+def merge_streams(outputs: list) -> list:
+    """Join consecutive outputs of the same stream: the kernel splits prints arbitrarily."""
+    merged: list = []
+    for output in outputs:
+        previous = merged[-1] if merged else None
+        if (
+            previous is not None
+            and output.get("output_type") == "stream"
+            and previous.get("output_type") == "stream"
+            and previous.get("name") == output.get("name")
+        ):
+            previous["text"] += output["text"]
+        else:
+            merged.append(output)
+    return merged
+
+
 def normalize(nb: nbformat.NotebookNode) -> None:
     """Drop run-dependent metadata; keep tags, outputs and execution counts."""
     nb.metadata.pop("widgets", None)
@@ -29,6 +46,8 @@ def normalize(nb: nbformat.NotebookNode) -> None:
         cell["id"] = str(index)  # stable ids, numbered as nbstripout numbers them
         for key in VOLATILE_CELL_KEYS:
             cell.metadata.pop(key, None)
+        if cell.cell_type == "code":
+            cell.outputs = merge_streams(cell.outputs)
 
 
 def execute(path: Path) -> float:
