@@ -75,12 +75,12 @@ def _pairwise_offsets(q_positions: Tensor, k_positions: Tensor) -> Tensor:
     """``k_positions[j] - q_positions[i]``: ``[Lq, Lk]``, or ``[B, Lq, Lk]`` if batched."""
     _check_positions("q_positions", q_positions)
     _check_positions("k_positions", k_positions)
-    if q_positions.dim() == 2 and k_positions.dim() == 2:
-        if q_positions.shape[0] != k_positions.shape[0]:
-            raise ValueError(
-                f"q_positions and k_positions have different batch sizes: "
-                f"{q_positions.shape[0]} and {k_positions.shape[0]}"
-            )
+    batched = q_positions.dim() == 2 and k_positions.dim() == 2
+    if batched and q_positions.shape[0] != k_positions.shape[0]:
+        raise ValueError(
+            f"q_positions and k_positions have different batch sizes: "
+            f"{q_positions.shape[0]} and {k_positions.shape[0]}"
+        )
     return k_positions.unsqueeze(-2) - q_positions.unsqueeze(-1)
 
 

@@ -193,7 +193,8 @@ def clipped_offset_shift_invariance() -> Proof:
 
     return Proof(
         "Clipped offsets are shift-invariant",
-        "$\\operatorname{clip}((j+s)-(i+s), k) = \\operatorname{clip}(j-i, k)$ for every shift $s$.",
+        "$\\operatorname{clip}((j+s)-(i+s), k) = \\operatorname{clip}(j-i, k)$ "
+        "for every shift $s$.",
         (
             Step(
                 "Shift both positions by $s$",
