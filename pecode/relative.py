@@ -23,9 +23,14 @@ dimension. Positions are integer tensors ``[L]`` (shared by the batch) or ``[B, 
 from __future__ import annotations
 
 import math
+import weakref
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from pecode.attention import PositionScheme
 
@@ -36,6 +41,7 @@ __all__ = [
     "TransformerXLRelativePosition",
     "deberta_position_terms",
     "deberta_relative_index",
+    "peak_tensor_memory",
     "relative_distances",
     "relative_shift",
     "shaw_key_logits",
@@ -131,7 +137,8 @@ def shaw_relative_index(q_positions: Tensor, k_positions: Tensor, max_distance: 
         ValueError: ``max_distance`` is negative, or the positions have bad shapes.
     """
     k = _check_int("max_distance", max_distance, 0)
-    return _pairwise_offsets(q_positions, k_positions).clamp(-k, k).long() + k
+    # in place: the index is as large as the logits, no need for three copies of it
+    return _pairwise_offsets(q_positions, k_positions).long().clamp_(-k, k).add_(k)
 
 
 def shaw_key_logits_naive(
@@ -616,8 +623,8 @@ def deberta_relative_index(q_positions: Tensor, k_positions: Tensor, max_distanc
         ValueError: ``max_distance`` is not positive.
     """
     k = _check_int("max_distance", max_distance, 1)
-    query_minus_key = -_pairwise_offsets(q_positions, k_positions)
-    return (query_minus_key + k).clamp(0, 2 * k - 1).long()
+    query_minus_key = _pairwise_offsets(q_positions, k_positions).long().neg_()
+    return query_minus_key.add_(k).clamp_(0, 2 * k - 1)
 
 
 def deberta_position_terms(
@@ -718,3 +725,72 @@ class DebertaRelativePosition(PositionScheme):
             q, k, q_rel, k_rel, q_positions, k_positions, self.max_distance
         )
         return (c2p + p2c) * self.logit_scale(q.shape[-1])
+
+
+# --------------------------------------------------------------------------- memory
+
+
+class _AllocationTracker(TorchDispatchMode):
+    """Counts the bytes of every tensor storage that an operator creates while active.
+
+    Each new storage adds its size when an operator returns it and subtracts it when the
+    last tensor that uses it is garbage-collected, so ``peak`` is the largest number of
+    bytes held at once by tensors created inside the block.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self._storages: dict[int, list[int]] = {}  # data_ptr -> [bytes, tensors using it]
+
+    def _release(self, key: int) -> None:
+        entry = self._storages[key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            self.live -= entry[0]
+            del self._storages[key]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {
+            t.untyped_storage().data_ptr()
+            for t in tree_flatten((args, kwargs))[0]
+            if isinstance(t, Tensor)
+        }
+        for tensor in tree_flatten(out)[0]:
+            if not isinstance(tensor, Tensor):
+                continue
+            storage = tensor.untyped_storage()
+            key, size = storage.data_ptr(), storage.nbytes()
+            if size == 0 or (key in inputs and key not in self._storages):
+                continue  # a view of a tensor from before the block: nothing allocated
+            if key not in self._storages:
+                self._storages[key] = [size, 0]
+                self.live += size
+                self.peak = max(self.peak, self.live)
+            self._storages[key][1] += 1
+            weakref.finalize(tensor, self._release, key)
+        return out
+
+
+def peak_tensor_memory(fn: Callable[[], Any]) -> int:
+    """Peak bytes held by tensors that ``fn()`` creates, its result included.
+
+    Every ATen operator call is intercepted (a ``TorchDispatchMode``); a new storage
+    counts from the call that returns it until its last tensor is freed. Tensors that
+    existed before the call (inputs, parameters) are not counted, nor is scratch memory
+    a kernel allocates and frees internally. Works on every device (CPU included, where
+    PyTorch has no ``max_memory_allocated``); the result is exact and deterministic
+    for a given sequence of operators.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    tracker = _AllocationTracker()
+    with tracker:
+        result = fn()
+    del result
+    return tracker.peak

@@ -24,6 +24,7 @@ from pecode.relative import (
     TransformerXLRelativePosition,
     deberta_position_terms,
     deberta_relative_index,
+    peak_tensor_memory,
     relative_distances,
     relative_shift,
     shaw_key_logits,
@@ -370,3 +371,34 @@ def test_deberta_bad_input():
         DebertaRelativePosition(8, 0, 4, 2)
     with pytest.raises(ValueError, match="max_distance"):
         DebertaRelativePosition(8, 2, 4, -1)
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def test_peak_tensor_memory_by_hand():
+    def two_buffers():
+        a = torch.empty(1000)  # 4000 bytes
+        b = torch.empty(500, dtype=torch.float64)  # 4000 bytes, both alive
+        del a
+        c = torch.empty(100)  # a was freed: live 4400 < 8000
+        return b, c
+
+    assert peak_tensor_memory(two_buffers) == 8000
+    x = torch.randn(64)
+    assert peak_tensor_memory(lambda: x.view(8, 8).t()) == 0  # views allocate nothing
+    assert peak_tensor_memory(lambda: x.view(8, 8).t().contiguous()) == 256
+    with pytest.raises(TypeError, match="fn"):
+        peak_tensor_memory(3)
+
+
+def test_naive_shaw_holds_the_big_tensor_and_the_efficient_one_does_not():
+    length, dh, k = 128, 32, 8
+    q = torch.randn(1, 1, length, dh)
+    table = torch.randn(2 * k + 1, dh)
+    positions = torch.arange(length)
+    big = length * length * dh * 4  # [L, L, Dh] float32
+    naive = peak_tensor_memory(lambda: shaw_key_logits_naive(q, table, positions, positions, k))
+    fast = peak_tensor_memory(lambda: shaw_key_logits(q, table, positions, positions, k))
+    assert naive >= big
+    assert fast < big / 4
