@@ -89,7 +89,9 @@ def test_shaw_naive_and_efficient_agree_forward_and_backward(q_positions, k_posi
         )
         results.append((logits, term, *grads))
     for naive, fast in zip(*results, strict=True):
-        assert torch.allclose(naive, fast, atol=1e-5, rtol=1e-5)
+        # to 1e-5 relative to the largest entry (table gradients sum many terms)
+        scale = max(1.0, fast.abs().max().item())
+        assert (naive - fast).abs().max().item() <= 1e-5 * scale
 
 
 def test_shaw_key_logits_by_loop():
