@@ -161,6 +161,7 @@ def relative_shift_index() -> Proof:
                 "Column $c = L_q - 1 - i + j$ holds distance $\\delta_c = L_q - 1 - c$",
                 lq - 1 - column,
                 i - j,
+                latex="L_q - 1 - (L_q - 1 - i + j) = i - j",
             ),
             Step(
                 "Its flat offset in a row-major $[L_q, W]$ block",
