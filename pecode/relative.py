@@ -141,6 +141,28 @@ def shaw_relative_index(q_positions: Tensor, k_positions: Tensor, max_distance: 
     return _pairwise_offsets(q_positions, k_positions).long().clamp_(-k, k).add_(k)
 
 
+def _shaw_index(
+    name: str,
+    tensor: Tensor,
+    table_name: str,
+    table: Tensor,
+    q_positions: Tensor,
+    k_positions: Tensor,
+    max_distance: int,
+) -> Tensor:
+    """Validate the inputs of a Shaw term and return the table row of every pair."""
+    index = shaw_relative_index(q_positions, k_positions, max_distance)
+    _check_heads(name, tensor)
+    width = tensor.shape[-1] if table_name == "key_table" else table.shape[-1]
+    _check_table(table_name, table, 2 * max_distance + 1, width)
+    lengths = tuple(index.shape[-2:])
+    expected = lengths if name == "weights" else lengths[:1]
+    got = tuple(tensor.shape[2:4]) if name == "weights" else tuple(tensor.shape[2:3])
+    if got != expected:
+        raise ValueError(f"{name} has lengths {list(got)} but the positions give {list(expected)}")
+    return index
+
+
 def shaw_key_logits_naive(
     q: Tensor, key_table: Tensor, q_positions: Tensor, k_positions: Tensor, max_distance: int
 ) -> Tensor:
@@ -160,9 +182,7 @@ def shaw_key_logits_naive(
         TypeError, ValueError: as :func:`shaw_relative_index`, or ``q`` / ``key_table``
             have the wrong type or shape.
     """
-    index = shaw_relative_index(q_positions, k_positions, max_distance)
-    _check_heads("q", q)
-    _check_table("key_table", key_table, 2 * max_distance + 1, q.shape[-1])
+    index = _shaw_index("q", q, "key_table", key_table, q_positions, k_positions, max_distance)
     relations = key_table[index]  # [Lq, Lk, Dh]: the L x L x d tensor
     if relations.dim() == 3:
         return torch.einsum("bhid,ijd->bhij", q, relations)
@@ -189,9 +209,7 @@ def shaw_key_logits(
     Raises:
         TypeError, ValueError: as :func:`shaw_key_logits_naive`.
     """
-    index = shaw_relative_index(q_positions, k_positions, max_distance)
-    _check_heads("q", q)
-    _check_table("key_table", key_table, 2 * max_distance + 1, q.shape[-1])
+    index = _shaw_index("q", q, "key_table", key_table, q_positions, k_positions, max_distance)
     per_row = q @ key_table.transpose(0, 1)  # [B, H, Lq, 2k + 1]
     return per_row.gather(-1, _index_for_heads(index, q.shape[0], q.shape[1]))
 
@@ -218,9 +236,9 @@ def shaw_value_term_naive(
         TypeError, ValueError: as :func:`shaw_relative_index`, or bad ``weights`` /
             ``value_table``.
     """
-    index = shaw_relative_index(q_positions, k_positions, max_distance)
-    _check_heads("weights", weights)
-    _check_table("value_table", value_table, 2 * max_distance + 1, value_table.shape[-1])
+    index = _shaw_index(
+        "weights", weights, "value_table", value_table, q_positions, k_positions, max_distance
+    )
     relations = value_table[index]
     if relations.dim() == 3:
         return torch.einsum("bhij,ijd->bhid", weights, relations)
@@ -249,9 +267,9 @@ def shaw_value_term(
     Raises:
         TypeError, ValueError: as :func:`shaw_value_term_naive`.
     """
-    index = shaw_relative_index(q_positions, k_positions, max_distance)
-    _check_heads("weights", weights)
-    _check_table("value_table", value_table, 2 * max_distance + 1, value_table.shape[-1])
+    index = _shaw_index(
+        "weights", weights, "value_table", value_table, q_positions, k_positions, max_distance
+    )
     batch, heads, q_len, _ = weights.shape
     per_row = weights.new_zeros(batch, heads, q_len, 2 * max_distance + 1)
     per_row = per_row.scatter_add(-1, _index_for_heads(index, batch, heads), weights)
@@ -481,6 +499,11 @@ class TransformerXLRelativePosition(PositionScheme):
         Raises:
             ValueError: positions are not 1-D runs ``p, p + 1, ...``.
         """
+        if (q_positions.shape[-1], k_positions.shape[-1]) != (q.shape[2], k.shape[2]):
+            raise ValueError(
+                f"positions of lengths {q_positions.shape[-1]}, {k_positions.shape[-1]} "
+                f"do not match q and k of lengths {q.shape[2]}, {k.shape[2]}"
+            )
         offset = _consecutive_start("q_positions", q_positions) - _consecutive_start(
             "k_positions", k_positions
         )

@@ -153,6 +153,12 @@ def test_shaw_bad_input():
         shaw_key_logits_naive(q, torch.randn(5, 3), torch.arange(3), torch.arange(3), 2)
     with pytest.raises(ValueError, match=r"q must have shape"):
         shaw_key_logits(q[0], torch.randn(5, 4), torch.arange(3), torch.arange(3), 2)
+    with pytest.raises(ValueError, match="lengths"):
+        shaw_key_logits(q, torch.randn(5, 4), torch.arange(2), torch.arange(3), 2)
+    with pytest.raises(ValueError, match="lengths"):
+        shaw_value_term(
+            torch.rand(1, 1, 3, 3), torch.randn(5, 4), torch.arange(3), torch.arange(4), 2
+        )
     with pytest.raises(ValueError, match="batch"):
         shaw_relative_index(torch.zeros(2, 3, dtype=torch.long), torch.zeros(3, 3).long(), 1)
     with pytest.raises(ValueError, match="head_dim"):
@@ -237,6 +243,8 @@ def test_transformer_xl_shift_invariance_and_offsets():
     near = scheme.score_bias(q, k, torch.arange(4, 7), torch.arange(7))
     far = scheme.score_bias(q, k, torch.arange(104, 107), torch.arange(100, 107))
     assert torch.allclose(near, far, atol=1e-5)
+    with pytest.raises(ValueError, match="do not match"):
+        scheme.score_bias(q, k, torch.arange(4), torch.arange(7))
     with pytest.raises(ValueError, match="consecutive"):
         scheme.score_bias(q, k, torch.tensor([0, 2, 3]), torch.arange(7))
 
