@@ -123,7 +123,7 @@ def _index_for_heads(index: Tensor, batch: int, heads: int) -> Tensor:
 def shaw_relative_index(q_positions: Tensor, k_positions: Tensor, max_distance: int) -> Tensor:
     """Row of Shaw et al.'s relation table for each (query, key) pair.
 
-    Shaw et al. (2018), eq. (3): ``a_ij = w_{clip(j - i, k)}`` with
+    Shaw et al. (2018), eqs. (5)-(7): ``a_ij = w_{clip(j - i, k)}`` with
     ``clip(x, k) = max(-k, min(k, x))``; the table has ``2k + 1`` rows, row
     ``clip(j - i, k) + k``. Note the sign: the offset is key minus query.
 
@@ -168,7 +168,7 @@ def shaw_key_logits_naive(
 ) -> Tensor:
     """Shaw's key term ``q_i · a^K_ij``, built the direct way from an ``[Lq, Lk, Dh]`` tensor.
 
-    Shaw et al. (2018), eq. (5), the part ``x_i W^Q (a^K_ij)^T`` (before the division by
+    Shaw et al. (2018), eq. (4), the part ``x_i W^Q (a^K_ij)^T`` (before the division by
     ``sqrt(d_z)``). The relation vectors are shared by all heads, as in the paper, so
     the tensor of relation vectors is ``[Lq, Lk, Dh]`` (``[B, Lq, Lk, Dh]`` for batched
     positions). :func:`shaw_key_logits` computes the same without it.
@@ -280,7 +280,7 @@ class ShawRelativePosition(PositionScheme):
     """Shaw et al. (2018) relative position representations, keys and values.
 
     ``e_ij = q_i (k_j + a^K_ij)ᵀ / sqrt(Dh)`` and ``z_i = Σ_j α_ij (v_j + a^V_ij)``
-    with ``a_ij = w_{clip(j - i, k)}`` (eqs. 3-5). The two tables of ``2k + 1`` learned
+    with ``a_ij = w_{clip(j - i, k)}`` (eqs. 3-7). The two tables of ``2k + 1`` learned
     vectors of size ``Dh`` are shared by all heads, as in the paper.
 
     Args:

@@ -184,7 +184,7 @@ def clipped_offset_shift_invariance() -> Proof:
 
     ``clip(j - i, k)`` is unchanged when both positions move by ``s``, so every
     method whose position term is a function of the offset gives the same logits for a
-    shifted sequence (Shaw et al. 2018, eq. 3). Symbolic integers ``i, j, s, k``.
+    shifted sequence (Shaw et al. 2018, eqs. 5-7). Symbolic integers ``i, j, s, k``.
     """
     i, j, s = sp.symbols("i j s", integer=True)
     k = sp.Symbol("k", integer=True, nonnegative=True)

@@ -39,7 +39,7 @@ def shaw_attention_loop(
     *,
     causal: bool = False,
 ) -> Tensor:
-    """Shaw et al. (2018), eqs. (3)-(5), for every head: the attention output ``z``.
+    """Shaw et al. (2018), eqs. (3)-(7), for every head: the attention output ``z``.
 
     ``e_ij = q_i · (k_j + a^K_ij) / sqrt(Dh)``, ``α = softmax_j(e)``,
     ``z_i = Σ_j α_ij (v_j + a^V_ij)`` with ``a_ij = table[clip(j - i, k) + k]``.
