@@ -412,3 +412,51 @@ def test_naive_shaw_holds_the_big_tensor_and_the_efficient_one_does_not():
     fast = peak_tensor_memory(lambda: shaw_key_logits(q, table, positions, positions, k))
     assert naive >= big
     assert fast < big / 4
+
+
+# --------------------------------------------------------------------------- batched positions
+
+
+@pytest.mark.parametrize(
+    "make_scheme",
+    [
+        lambda: ShawRelativePosition(4, 2),
+        lambda: T5RelativePositionBias(2, num_buckets=8, max_distance=16),
+        lambda: DebertaRelativePosition(8, 2, 4, 3),
+    ],
+    ids=["shaw", "t5", "deberta"],
+)
+def test_batched_positions_equal_one_sequence_at_a_time(make_scheme):
+    torch.manual_seed(8)
+    layer = MultiHeadAttention(8, 2, position=make_scheme()).double()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    positions = torch.tensor([[0, 1, 2, 3, 4], [7, 3, 9, 1, 20]])
+    with torch.no_grad():
+        together = layer(x, positions=positions)
+        apart = [layer(x[b : b + 1], positions=positions[b]) for b in range(2)]
+    assert torch.allclose(together, torch.cat(apart), atol=1e-12)
+
+
+@given(
+    st.integers(1, 9),
+    st.integers(1, 9),
+    st.integers(0, 12),
+    st.integers(1, 6),
+    st.integers(-20, 20),
+)
+def test_shaw_forms_agree_for_any_sizes(q_len, k_len, max_distance, head_dim, start):
+    gen = torch.Generator().manual_seed(q_len * 1000 + k_len * 100 + max_distance)
+    q = torch.randn(1, 2, q_len, head_dim, generator=gen, dtype=torch.float64)
+    weights = torch.rand(1, 2, q_len, k_len, generator=gen, dtype=torch.float64)
+    table = torch.randn(2 * max_distance + 1, head_dim, generator=gen, dtype=torch.float64)
+    qp, kp = torch.arange(start, start + q_len), torch.arange(k_len)
+    assert torch.allclose(
+        shaw_key_logits(q, table, qp, kp, max_distance),
+        shaw_key_logits_naive(q, table, qp, kp, max_distance),
+        atol=1e-12,
+    )
+    assert torch.allclose(
+        shaw_value_term(weights, table, qp, kp, max_distance),
+        shaw_value_term_naive(weights, table, qp, kp, max_distance),
+        atol=1e-12,
+    )
