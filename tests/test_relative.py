@@ -1,0 +1,462 @@
+"""pecode.relative against float64 loops, hand-worked values and each other."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pecode.attention import MultiHeadAttention
+from pecode.reference import multi_head_attention_loop
+from pecode.reference.relative import (
+    deberta_scores_loop,
+    shaw_attention_loop,
+    t5_bucket_loop,
+    transformer_xl_scores_loop,
+)
+from pecode.relative import (
+    DebertaRelativePosition,
+    ShawRelativePosition,
+    T5RelativePositionBias,
+    TransformerXLRelativePosition,
+    deberta_position_terms,
+    deberta_relative_index,
+    peak_tensor_memory,
+    relative_distances,
+    relative_shift,
+    shaw_key_logits,
+    shaw_key_logits_naive,
+    shaw_relative_index,
+    shaw_value_term,
+    shaw_value_term_naive,
+    sinusoidal_relative_encoding,
+    t5_relative_position_bucket,
+    transformer_xl_position_terms,
+)
+
+
+def heads(x: torch.Tensor, layer: MultiHeadAttention, which: str) -> torch.Tensor:
+    """Per-head projections of ``x`` with the layer's own weights."""
+    projection = getattr(layer, f"{which}_proj")
+    batch, length, _ = x.shape
+    out = projection(x).view(batch, length, layer.num_heads, layer.head_dim)
+    return out.transpose(1, 2)
+
+
+# --------------------------------------------------------------------------- Shaw
+
+
+def test_shaw_index_by_hand():
+    index = shaw_relative_index(torch.arange(4), torch.arange(4), 2)
+    # row i, column j holds clip(j - i, 2) + 2
+    expected = torch.tensor([[2, 3, 4, 4], [1, 2, 3, 4], [0, 1, 2, 3], [0, 0, 1, 2]])
+    assert torch.equal(index, expected)
+    assert torch.equal(shaw_relative_index(torch.arange(3), torch.arange(3), 0), torch.zeros(3, 3))
+
+
+@pytest.mark.parametrize(
+    ("q_positions", "k_positions"),
+    [
+        (torch.arange(9), torch.arange(9)),
+        (torch.arange(5, 9), torch.arange(9)),  # queries at the end, as with a cache
+        (torch.tensor([[0, 3, 4, 9], [2, 2, 5, 1]]), torch.tensor([[1, 2, 3], [7, 0, 4]])),
+    ],
+)
+def test_shaw_naive_and_efficient_agree_forward_and_backward(q_positions, k_positions):
+    gen = torch.Generator().manual_seed(0)
+    batch, heads_, dh, k = 2, 3, 8, 3
+    lq, lk = q_positions.shape[-1], k_positions.shape[-1]
+    q = torch.randn(batch, heads_, lq, dh, generator=gen, requires_grad=True)
+    weights = torch.rand(batch, heads_, lq, lk, generator=gen, requires_grad=True)
+    key_table = torch.randn(2 * k + 1, dh, generator=gen, requires_grad=True)
+    value_table = torch.randn(2 * k + 1, dh, generator=gen, requires_grad=True)
+    grad_logits = torch.randn(batch, heads_, lq, lk, generator=gen)
+    grad_out = torch.randn(batch, heads_, lq, dh, generator=gen)
+
+    results = []
+    for key_fn, value_fn in (
+        (shaw_key_logits_naive, shaw_value_term_naive),
+        (shaw_key_logits, shaw_value_term),
+    ):
+        logits = key_fn(q, key_table, q_positions, k_positions, k)
+        term = value_fn(weights, value_table, q_positions, k_positions, k)
+        grads = torch.autograd.grad(
+            (logits * grad_logits).sum() + (term * grad_out).sum(),
+            (q, weights, key_table, value_table),
+        )
+        results.append((logits, term, *grads))
+    for naive, fast in zip(*results, strict=True):
+        # to 1e-5 relative to the largest entry (table gradients sum many terms)
+        scale = max(1.0, fast.abs().max().item())
+        assert (naive - fast).abs().max().item() <= 1e-5 * scale
+
+
+def test_shaw_key_logits_by_loop():
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 2, 5, 3, generator=gen, dtype=torch.float64)
+    table = torch.randn(5, 3, generator=gen, dtype=torch.float64)
+    got = shaw_key_logits(q, table, torch.arange(5), torch.arange(5), 2)
+    for h in range(2):
+        for i in range(5):
+            for j in range(5):
+                row = max(-2, min(2, j - i)) + 2
+                expected = sum(float(q[0, h, i, c]) * float(table[row, c]) for c in range(3))
+                assert got[0, h, i, j].item() == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.parametrize("memory_efficient", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+def test_shaw_module_matches_the_paper_loop(memory_efficient, causal):
+    torch.manual_seed(2)
+    scheme = ShawRelativePosition(4, 2, memory_efficient=memory_efficient)
+    layer = MultiHeadAttention(8, 2, position=scheme).double()
+    x = torch.randn(2, 6, 8, dtype=torch.float64)
+    with torch.no_grad():
+        got = layer(x, causal=causal)
+        z = shaw_attention_loop(
+            heads(x, layer, "q"),
+            heads(x, layer, "k"),
+            heads(x, layer, "v"),
+            scheme.key_table,
+            scheme.value_table,
+            2,
+            causal=causal,
+        )
+        expected = layer.out_proj(z.transpose(1, 2).reshape(2, 6, 8))
+    assert torch.allclose(got, expected, atol=1e-12)
+
+
+def test_shaw_logits_depend_only_on_the_offset():
+    # shift every position by 100: the same logits
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 1, 6, 4, generator=gen)
+    table = torch.randn(7, 4, generator=gen)
+    base = shaw_key_logits(q, table, torch.arange(6), torch.arange(6), 3)
+    shifted = shaw_key_logits(q, table, torch.arange(100, 106), torch.arange(100, 106), 3)
+    assert torch.equal(base, shifted)
+
+
+def test_shaw_bad_input():
+    q = torch.randn(1, 1, 3, 4)
+    with pytest.raises(ValueError, match="max_distance"):
+        shaw_relative_index(torch.arange(3), torch.arange(3), -1)
+    with pytest.raises(TypeError, match="max_distance"):
+        shaw_relative_index(torch.arange(3), torch.arange(3), 1.5)
+    with pytest.raises(TypeError, match="q_positions"):
+        shaw_relative_index(torch.arange(3.0), torch.arange(3), 1)
+    with pytest.raises(ValueError, match="key_table"):
+        shaw_key_logits(q, torch.randn(4, 4), torch.arange(3), torch.arange(3), 2)
+    with pytest.raises(ValueError, match="key_table"):
+        shaw_key_logits_naive(q, torch.randn(5, 3), torch.arange(3), torch.arange(3), 2)
+    with pytest.raises(ValueError, match=r"q must have shape"):
+        shaw_key_logits(q[0], torch.randn(5, 4), torch.arange(3), torch.arange(3), 2)
+    with pytest.raises(ValueError, match="lengths"):
+        shaw_key_logits(q, torch.randn(5, 4), torch.arange(2), torch.arange(3), 2)
+    with pytest.raises(ValueError, match="lengths"):
+        shaw_value_term(
+            torch.rand(1, 1, 3, 3), torch.randn(5, 4), torch.arange(3), torch.arange(4), 2
+        )
+    with pytest.raises(ValueError, match="batch"):
+        shaw_relative_index(torch.zeros(2, 3, dtype=torch.long), torch.zeros(3, 3).long(), 1)
+    with pytest.raises(ValueError, match="head_dim"):
+        ShawRelativePosition(0, 2)
+    with pytest.raises(ValueError, match="max_distance"):
+        ShawRelativePosition(4, -2)
+
+
+# --------------------------------------------------------------------------- relative shift
+
+
+@pytest.mark.parametrize(("q_len", "k_len"), [(1, 1), (4, 4), (3, 7), (6, 2)])
+def test_relative_shift_picks_the_distance_column(q_len, k_len):
+    offset = 5
+    distances = relative_distances(q_len, k_len, offset)
+    scores = torch.randn(2, 3, q_len, q_len + k_len - 1)
+    shifted = relative_shift(scores)
+    assert shifted.shape == (2, 3, q_len, k_len)
+    for i in range(q_len):
+        for j in range(k_len):
+            column = (distances == offset + i - j).nonzero().item()
+            assert torch.equal(shifted[..., i, j], scores[..., i, column])
+
+
+def test_relative_shift_gradient():
+    scores = torch.randn(1, 2, 3, 6, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(relative_shift, (scores,))
+    # non-contiguous input is handled
+    wide = torch.randn(6, 3, 2).permute(2, 1, 0)  # [2, 3, 6], not contiguous
+    assert torch.equal(relative_shift(wide), relative_shift(wide.contiguous()))
+
+
+def test_relative_shift_bad_input():
+    with pytest.raises(ValueError, match="columns"):
+        relative_shift(torch.randn(5, 3))
+    with pytest.raises(ValueError, match="dimensions"):
+        relative_shift(torch.randn(5))
+
+
+# --------------------------------------------------------------------------- Transformer-XL
+
+
+def test_sinusoidal_relative_encoding_by_hand():
+    enc = sinusoidal_relative_encoding(torch.tensor([-2, 0, 3]), 4)
+    # frequencies 1 and 1/100; sines first, then cosines
+    for row, d in enumerate((-2, 0, 3)):
+        expected = [math.sin(d), math.sin(d / 100), math.cos(d), math.cos(d / 100)]
+        assert enc[row].tolist() == pytest.approx(expected, abs=1e-6)
+    with pytest.raises(ValueError, match="even"):
+        sinusoidal_relative_encoding(torch.arange(3), 5)
+
+
+def test_transformer_xl_matches_the_paper_loop():
+    torch.manual_seed(4)
+    scheme = TransformerXLRelativePosition(8, 2, 4).double()
+    with torch.no_grad():
+        scheme.u.normal_()
+        scheme.v.normal_()
+    layer = MultiHeadAttention(8, 2, position=scheme).double()
+    x = torch.randn(1, 5, 8, dtype=torch.float64)
+    q, k = heads(x, layer, "q").detach(), heads(x, layer, "k").detach()
+    loop = transformer_xl_scores_loop(q, k, scheme.rel_proj.weight, scheme.u, scheme.v, 8)
+    positions = torch.arange(5)
+    with torch.no_grad():
+        bias = scheme.score_bias(q, k, positions, positions)
+        total = q @ k.transpose(-2, -1) / 2 + bias  # sqrt(Dh) = 2
+        assert torch.allclose(total, loop / 2, atol=1e-10)
+        # the module end to end, against the chapter-1 loop fed the loop's bias
+        expected = multi_head_attention_loop(
+            layer, x, bias=(loop / 2 - q @ k.transpose(-2, -1) / 2)[0]
+        )
+        assert torch.allclose(layer(x), expected, atol=1e-10)
+
+
+def test_transformer_xl_shift_invariance_and_offsets():
+    torch.manual_seed(5)
+    scheme = TransformerXLRelativePosition(8, 2, 4)
+    with torch.no_grad():
+        scheme.u.normal_()
+        scheme.v.normal_()
+    q, k = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 7, 4)
+    near = scheme.score_bias(q, k, torch.arange(4, 7), torch.arange(7))
+    far = scheme.score_bias(q, k, torch.arange(104, 107), torch.arange(100, 107))
+    assert torch.allclose(near, far, atol=1e-5)
+    with pytest.raises(ValueError, match="do not match"):
+        scheme.score_bias(q, k, torch.arange(4), torch.arange(7))
+    with pytest.raises(ValueError, match="consecutive"):
+        scheme.score_bias(q, k, torch.tensor([0, 2, 3]), torch.arange(7))
+
+
+def test_transformer_xl_bad_shapes():
+    q, k = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4)
+    u = v = torch.zeros(2, 4)
+    with pytest.raises(ValueError, match="rel_keys"):
+        transformer_xl_position_terms(q, k, torch.randn(2, 6, 4), u, v)
+    with pytest.raises(ValueError, match="u must"):
+        transformer_xl_position_terms(q, k, torch.randn(2, 7, 4), torch.zeros(4), v)
+    with pytest.raises(ValueError, match="num_heads"):
+        TransformerXLRelativePosition(8, 0, 4)
+
+
+# --------------------------------------------------------------------------- T5
+
+# Worked by hand from the rule (32 buckets, max_distance 128). Bidirectional: 16 per
+# side, exact below 8, then 8 + floor(8 * ln(n/8) / ln(16)). Causal: 32 buckets, exact
+# below 16, then 16 + floor(16 * ln(n/16) / ln(8)).
+BIDIRECTIONAL = {
+    0: 0, -1: 1, -7: 7, -8: 8, -11: 8, -12: 9, -16: 10, -32: 12, -64: 14, -90: 14,
+    -91: 15, -127: 15, -128: 15, -10_000: 15,
+    1: 17, 7: 23, 8: 24, 16: 26, 128: 31, 10_000: 31,
+}  # fmt: skip
+CAUSAL = {
+    5: 0, 1: 0, 0: 0, -1: 1, -15: 15, -16: 16, -20: 17, -32: 21, -64: 26, -127: 31,
+    -128: 31, -1000: 31,
+}  # fmt: skip
+
+
+def test_t5_buckets_worked_by_hand():
+    for table, bidirectional in ((BIDIRECTIONAL, True), (CAUSAL, False)):
+        offsets = torch.tensor(list(table))
+        got = t5_relative_position_bucket(offsets, bidirectional=bidirectional)
+        assert got.tolist() == list(table.values()), bidirectional
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize(("num_buckets", "max_distance"), [(32, 128), (16, 64), (8, 20), (64, 512)])
+def test_t5_buckets_match_the_rule_loop(bidirectional, num_buckets, max_distance):
+    offsets = torch.arange(-700, 701)
+    got = t5_relative_position_bucket(offsets, bidirectional, num_buckets, max_distance)
+    expected = [t5_bucket_loop(int(n), bidirectional, num_buckets, max_distance) for n in offsets]
+    mismatches = [
+        (int(n), g, e) for n, g, e in zip(offsets, got.tolist(), expected, strict=True) if g != e
+    ]
+    assert not mismatches
+
+
+@given(st.integers(-5000, 5000), st.integers(0, 5000), st.booleans())
+def test_t5_buckets_grow_with_distance(offset, extra, bidirectional):
+    # moving a key farther from the query on the same side never lowers the bucket
+    # within that side, and buckets stay in range
+    farther = offset - extra if offset <= 0 else offset + extra
+    a, b = t5_relative_position_bucket(torch.tensor([offset, farther]), bidirectional).tolist()
+    assert 0 <= a < 32
+    assert 0 <= b < 32
+    if bidirectional or offset <= 0:
+        assert b >= a
+
+
+def test_t5_module_bias_is_a_table_lookup():
+    torch.manual_seed(6)
+    scheme = T5RelativePositionBias(3, bidirectional=False, num_buckets=8, max_distance=16)
+    bias = scheme.position_bias(torch.arange(20), torch.arange(20))
+    assert bias.shape == (3, 20, 20)
+    for i in range(20):
+        for j in range(20):
+            bucket = t5_bucket_loop(j - i, False, 8, 16)
+            assert torch.equal(bias[:, i, j], scheme.bias.weight[bucket])
+    layer = MultiHeadAttention(6, 3, position=scheme).double()
+    x = torch.randn(1, 20, 6, dtype=torch.float64)
+    with torch.no_grad():
+        expected = multi_head_attention_loop(layer, x, bias=bias.double(), scale=1.0)
+        assert torch.allclose(layer(x), expected, atol=1e-10)
+
+
+def test_t5_bad_input():
+    with pytest.raises(TypeError, match="relative_position"):
+        t5_relative_position_bucket(torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="num_buckets"):
+        t5_relative_position_bucket(torch.tensor([1]), num_buckets=2)
+    with pytest.raises(ValueError, match="max_distance"):
+        t5_relative_position_bucket(torch.tensor([1]), num_buckets=32, max_distance=8)
+    with pytest.raises(ValueError, match="num_heads"):
+        T5RelativePositionBias(0)
+    with pytest.raises(ValueError, match="num_heads"):
+        T5RelativePositionBias(-3)
+
+
+# --------------------------------------------------------------------------- DeBERTa
+
+
+def test_deberta_delta_by_hand():
+    # k = 2: δ(i, j) = clamp(i - j + 2, 0, 3)
+    index = deberta_relative_index(torch.arange(4), torch.arange(4), 2)
+    expected = torch.tensor([[2, 1, 0, 0], [3, 2, 1, 0], [3, 3, 2, 1], [3, 3, 3, 2]])
+    assert torch.equal(index, expected)
+
+
+def test_deberta_matches_the_paper_loop():
+    torch.manual_seed(7)
+    scheme = DebertaRelativePosition(8, 2, 4, 3).double()
+    layer = MultiHeadAttention(8, 2, position=scheme).double()
+    x = torch.randn(2, 7, 8, dtype=torch.float64)
+    q, k = heads(x, layer, "q").detach(), heads(x, layer, "k").detach()
+    q_rel, k_rel = (t.detach() for t in scheme.projected())
+    loop = deberta_scores_loop(q, k, q_rel, k_rel, 3)
+    positions = torch.arange(7)
+    c2p, p2c = deberta_position_terms(q, k, q_rel, k_rel, positions, positions, 3)
+    assert torch.allclose(q @ k.transpose(-2, -1) + c2p + p2c, loop, atol=1e-10)
+    scale = 1 / math.sqrt(3 * 4)
+    with torch.no_grad():
+        for b in range(2):
+            bias = (loop[b] - q[b] @ k[b].transpose(-2, -1)) * scale
+            expected = multi_head_attention_loop(layer, x[b : b + 1], bias=bias, scale=scale)
+            assert torch.allclose(layer(x[b : b + 1]), expected, atol=1e-10)
+
+
+def test_deberta_bad_input():
+    q = torch.randn(1, 2, 3, 4)
+    with pytest.raises(ValueError, match="max_distance"):
+        deberta_relative_index(torch.arange(3), torch.arange(3), 0)
+    with pytest.raises(ValueError, match="k_rel"):
+        deberta_position_terms(
+            q, q, torch.randn(2, 4, 4), torch.randn(2, 5, 4), torch.arange(3), torch.arange(3), 2
+        )
+    with pytest.raises(ValueError, match="lengths"):
+        deberta_position_terms(
+            q, q, torch.randn(2, 4, 4), torch.randn(2, 4, 4), torch.arange(4), torch.arange(3), 2
+        )
+    with pytest.raises(ValueError, match="num_heads"):
+        DebertaRelativePosition(8, 0, 4, 2)
+    with pytest.raises(ValueError, match="max_distance"):
+        DebertaRelativePosition(8, 2, 4, -1)
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def test_peak_tensor_memory_by_hand():
+    def two_buffers():
+        a = torch.empty(1000)  # 4000 bytes
+        b = torch.empty(500, dtype=torch.float64)  # 4000 bytes, both alive
+        del a
+        c = torch.empty(100)  # a was freed: live 4400 < 8000
+        return b, c
+
+    assert peak_tensor_memory(two_buffers) == 8000
+    x = torch.randn(64)
+    assert peak_tensor_memory(lambda: x.view(8, 8).t()) == 0  # views allocate nothing
+    assert peak_tensor_memory(lambda: x.view(8, 8).t().contiguous()) == 256
+    with pytest.raises(TypeError, match="fn"):
+        peak_tensor_memory(3)
+
+
+def test_naive_shaw_holds_the_big_tensor_and_the_efficient_one_does_not():
+    length, dh, k = 128, 32, 8
+    q = torch.randn(1, 1, length, dh)
+    table = torch.randn(2 * k + 1, dh)
+    positions = torch.arange(length)
+    big = length * length * dh * 4  # [L, L, Dh] float32
+    naive = peak_tensor_memory(lambda: shaw_key_logits_naive(q, table, positions, positions, k))
+    fast = peak_tensor_memory(lambda: shaw_key_logits(q, table, positions, positions, k))
+    assert naive >= big
+    assert fast < big / 4
+
+
+# --------------------------------------------------------------------------- batched positions
+
+
+@pytest.mark.parametrize(
+    "make_scheme",
+    [
+        lambda: ShawRelativePosition(4, 2),
+        lambda: T5RelativePositionBias(2, num_buckets=8, max_distance=16),
+        lambda: DebertaRelativePosition(8, 2, 4, 3),
+    ],
+    ids=["shaw", "t5", "deberta"],
+)
+def test_batched_positions_equal_one_sequence_at_a_time(make_scheme):
+    torch.manual_seed(8)
+    layer = MultiHeadAttention(8, 2, position=make_scheme()).double()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    positions = torch.tensor([[0, 1, 2, 3, 4], [7, 3, 9, 1, 20]])
+    with torch.no_grad():
+        together = layer(x, positions=positions)
+        apart = [layer(x[b : b + 1], positions=positions[b]) for b in range(2)]
+    assert torch.allclose(together, torch.cat(apart), atol=1e-12)
+
+
+@given(
+    st.integers(1, 9),
+    st.integers(1, 9),
+    st.integers(0, 12),
+    st.integers(1, 6),
+    st.integers(-20, 20),
+)
+def test_shaw_forms_agree_for_any_sizes(q_len, k_len, max_distance, head_dim, start):
+    gen = torch.Generator().manual_seed(q_len * 1000 + k_len * 100 + max_distance)
+    q = torch.randn(1, 2, q_len, head_dim, generator=gen, dtype=torch.float64)
+    weights = torch.rand(1, 2, q_len, k_len, generator=gen, dtype=torch.float64)
+    table = torch.randn(2 * max_distance + 1, head_dim, generator=gen, dtype=torch.float64)
+    qp, kp = torch.arange(start, start + q_len), torch.arange(k_len)
+    assert torch.allclose(
+        shaw_key_logits(q, table, qp, kp, max_distance),
+        shaw_key_logits_naive(q, table, qp, kp, max_distance),
+        atol=1e-12,
+    )
+    assert torch.allclose(
+        shaw_value_term(weights, table, qp, kp, max_distance),
+        shaw_value_term_naive(weights, table, qp, kp, max_distance),
+        atol=1e-12,
+    )
