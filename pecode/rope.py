@@ -31,10 +31,21 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from pecode.attention import PositionScheme
+
 __all__ = [
+    "RotaryEmbedding",
+    "apply_partial_rope",
     "apply_rope",
+    "apply_rope_complex",
+    "apply_rope_matrix",
+    "apply_rope_rotate_half",
+    "convert_qk_weight_layout",
+    "layout_permutation",
     "rope_cos_sin",
     "rope_inv_freq",
+    "rope_rotation_matrix",
+    "rotate_half",
 ]
 
 Layout = Literal["half", "interleaved"]
@@ -195,3 +206,319 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: Layout = "half") -> 
         a, b = pairs[..., 0], pairs[..., 1]
         out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
     return out.to(x.dtype)
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """``(x_1, x_2) -> (-x_2, x_1)`` on the two halves of the last dimension.
+
+    The 90-degree rotation of every half-layout pair, written as one permutation with
+    signs, so that RoPE becomes ``x * cos + rotate_half(x) * sin`` with full-width
+    tables (the form of GPT-NeoX and Hugging Face Llama).
+
+    Shapes::
+
+        x: [..., dim]    returns: [..., dim]
+
+    Raises:
+        ValueError: the last dimension is odd.
+    """
+    if x.shape[-1] % 2 != 0:
+        raise ValueError(f"x's last dimension must be even, got {x.shape[-1]}")
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def apply_rope_rotate_half(x: Tensor, cos_full: Tensor, sin_full: Tensor) -> Tensor:
+    """RoPE in the half layout as ``x * cos_full + rotate_half(x) * sin_full``.
+
+    ``cos_full`` must repeat the half-width table as ``cat((cos, cos), -1)``, so that
+    features ``i`` and ``i + dim/2`` see the same angle. Any other full-width table
+    (``cos.repeat_interleave(2, -1)``, say) is accepted and computed as given; it is
+    then no rotation (chapter 9 shows what goes wrong).
+
+    Shapes::
+
+        x:                  [..., L, dim]
+        cos_full, sin_full: [..., L, dim], broadcastable against x
+        returns:            [..., L, dim]
+
+    Raises:
+        ValueError: the last dimension is odd or the tables' last dimension differs.
+    """
+    if cos_full.shape[-1] != x.shape[-1] or sin_full.shape[-1] != x.shape[-1]:
+        raise ValueError(
+            f"cos_full/sin_full must have last dimension {x.shape[-1]}, "
+            f"got {cos_full.shape[-1]} and {sin_full.shape[-1]}"
+        )
+    return x * cos_full + rotate_half(x) * sin_full
+
+
+def _pairs(dim: int, layout: Layout) -> tuple[Tensor, Tensor]:
+    """Indices of the first and second feature of every pair."""
+    half = dim // 2
+    if layout == "half":
+        return torch.arange(half), torch.arange(half) + half
+    return torch.arange(0, dim, 2), torch.arange(1, dim, 2)
+
+
+def rope_rotation_matrix(
+    positions: Tensor, inv_freq: Tensor, layout: Layout = "interleaved"
+) -> Tensor:
+    """The ``dim x dim`` rotation matrix ``R^d_{Θ,m}`` of RoFormer eq. (15) for each position.
+
+    Block-diagonal with 2x2 rotations ``[[cos mθ_i, -sin mθ_i], [sin mθ_i, cos mθ_i]]``
+    on pairs ``(2i, 2i+1)`` (``"interleaved"``, the paper's form) or ``(i, i + dim/2)``
+    (``"half"``: the same matrix with rows and columns permuted). Multiplying by it
+    costs ``O(dim²)`` per token against ``O(dim)`` for :func:`apply_rope`: use it to
+    teach and to check, not to compute.
+
+    Shapes::
+
+        positions: [..., L]
+        inv_freq:  [dim // 2]
+        returns:   [..., L, dim, dim] (float32, or float64 for float64 inv_freq)
+
+    Raises:
+        ValueError: ``layout`` is unknown; see :func:`rope_cos_sin` for the rest.
+    """
+    _check_layout(layout)
+    cos, sin = rope_cos_sin(positions, inv_freq)
+    dim = 2 * inv_freq.shape[0]
+    first, second = _pairs(dim, layout)
+    matrix = cos.new_zeros((*cos.shape[:-1], dim, dim))
+    matrix[..., first, first] = cos
+    matrix[..., first, second] = -sin
+    matrix[..., second, first] = sin
+    matrix[..., second, second] = cos
+    return matrix
+
+
+def apply_rope_matrix(
+    x: Tensor, positions: Tensor, inv_freq: Tensor, layout: Layout = "interleaved"
+) -> Tensor:
+    """RoPE as a matrix product ``R^d_{Θ,m} x_m`` (RoFormer eq. 14), ``O(dim²)`` per token.
+
+    Shapes::
+
+        x:         [..., L, dim]
+        positions: [L]
+        inv_freq:  [dim // 2]
+        returns:   [..., L, dim], in the matrix's dtype (float32 or float64)
+
+    Raises:
+        ValueError: ``dim`` differs from ``2 * len(inv_freq)`` or ``layout`` is unknown.
+    """
+    if x.shape[-1] != 2 * inv_freq.shape[0]:
+        raise ValueError(
+            f"x's last dimension {x.shape[-1]} must be 2 * len(inv_freq) = {2 * inv_freq.shape[0]}"
+        )
+    matrix = rope_rotation_matrix(positions, inv_freq, layout)
+    return torch.einsum("lij,...lj->...li", matrix, x.to(matrix.dtype))
+
+
+def apply_rope_complex(
+    x: Tensor, positions: Tensor, inv_freq: Tensor, layout: Layout = "interleaved"
+) -> Tensor:
+    """RoPE as complex multiplication ``z_i · e^{i m θ_i}`` (RoFormer eq. 12).
+
+    Each pair ``(a, b)`` is read as ``z = a + ib`` and multiplied by the unit complex
+    number ``e^{imθ}`` (the form of Meta's Llama code). Computed in complex64, or
+    complex128 when ``x`` or ``inv_freq`` is float64.
+
+    Shapes::
+
+        x:         [..., L, dim]
+        positions: [..., L]
+        inv_freq:  [dim // 2]
+        returns:   [..., L, dim], float32 or float64
+
+    Raises:
+        ValueError: ``dim`` differs from ``2 * len(inv_freq)`` or ``layout`` is unknown.
+    """
+    _check_layout(layout)
+    if x.shape[-1] != 2 * inv_freq.shape[0]:
+        raise ValueError(
+            f"x's last dimension {x.shape[-1]} must be 2 * len(inv_freq) = {2 * inv_freq.shape[0]}"
+        )
+    real = _table_dtype(x.dtype, inv_freq.dtype)
+    cos, sin = rope_cos_sin(positions, inv_freq.to(real))
+    rotor = torch.complex(cos, sin)  # e^{i m θ}
+    half = x.shape[-1] // 2
+    if layout == "interleaved":
+        z = torch.view_as_complex(x.to(real).unflatten(-1, (half, 2)).contiguous())
+        return torch.view_as_real(z * rotor).flatten(-2)
+    z = torch.complex(x[..., :half].to(real), x[..., half:].to(real))
+    turned = z * rotor
+    return torch.cat((turned.real, turned.imag), dim=-1)
+
+
+def apply_partial_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: Layout = "half") -> Tensor:
+    """Rotate the first ``2 * cos.shape[-1]`` features of ``x`` and pass the rest through.
+
+    Partial rotary embedding as in GPT-NeoX (``rotary_pct``, half layout) and GPT-J
+    (``rotary_dim``, interleaved layout): the tables are built for ``rotary_dim``
+    features, and the remaining ``dim - rotary_dim`` features carry no position.
+
+    Shapes::
+
+        x:        [..., L, dim]
+        cos, sin: [..., L, rotary_dim // 2] with rotary_dim <= dim
+        returns:  [..., L, dim]
+
+    Raises:
+        ValueError: ``rotary_dim`` exceeds ``dim``; see :func:`apply_rope` for the rest.
+    """
+    rotary_dim = 2 * cos.shape[-1]
+    if rotary_dim > x.shape[-1]:
+        raise ValueError(f"the tables rotate {rotary_dim} features but x has only {x.shape[-1]}")
+    rotated = apply_rope(x[..., :rotary_dim], cos, sin, layout)
+    return torch.cat((rotated, x[..., rotary_dim:]), dim=-1)
+
+
+def layout_permutation(dim: int) -> Tensor:
+    """The feature permutation that turns the half layout into the interleaved one.
+
+    ``perm[2i] = i`` and ``perm[2i + 1] = i + dim/2``, so that for every position
+    ``apply_rope(x[..., perm], layout="interleaved") ==
+    apply_rope(x, layout="half")[..., perm]``. Its inverse ``argsort(perm)`` goes back.
+
+    Shapes::
+
+        returns: [dim](int64)
+
+    Raises:
+        TypeError, ValueError: ``dim`` is not a positive even int.
+    """
+    _check_dim("dim", dim)
+    half = dim // 2
+    return torch.stack((torch.arange(half), torch.arange(half) + half), dim=-1).flatten()
+
+
+def convert_qk_weight_layout(
+    weight: Tensor, num_heads: int, source: Layout, target: Layout
+) -> Tensor:
+    """Reorder the output rows of a query or key projection from one RoPE layout to the other.
+
+    A checkpoint trained with interleaved RoPE (Meta's Llama) gives the same attention
+    scores under half-layout RoPE (Hugging Face's port) once the rows of ``W_q`` and
+    ``W_k`` of every head are permuted with :func:`layout_permutation`; ``W_v`` and
+    ``W_o`` stay as they are, because the permutation cancels in ``q·k``.
+
+    Shapes::
+
+        weight:  [num_heads * head_dim, in_features] (a bias [num_heads * head_dim] too)
+        returns: same shape
+
+    Raises:
+        ValueError: a layout is unknown, or the rows do not split into ``num_heads``
+            heads of even size.
+    """
+    _check_layout(source)
+    _check_layout(target)
+    if num_heads <= 0 or weight.shape[0] % num_heads != 0:
+        raise ValueError(
+            f"weight's {weight.shape[0]} rows do not split into num_heads={num_heads} heads"
+        )
+    head_dim = weight.shape[0] // num_heads
+    if head_dim % 2 != 0:
+        raise ValueError(f"head_dim={head_dim} must be even for RoPE")
+    if source == target:
+        return weight.clone()
+    perm = layout_permutation(head_dim)
+    if source == "interleaved":  # interleaved slot 2i holds half slot i: undo it
+        perm = torch.argsort(perm)
+    heads = weight.reshape(num_heads, head_dim, *weight.shape[1:])
+    return heads[:, perm.to(weight.device)].reshape(weight.shape)
+
+
+class RotaryEmbedding(PositionScheme):
+    """RoPE as a position scheme: rotates queries and keys (never values) by their positions.
+
+    Caches cos/sin tables for positions ``0 .. N-1`` (float32, or float64 with
+    ``dtype=torch.float64``) and grows them, doubling, when a larger position
+    arrives. Positions come from :class:`~pecode.attention.MultiHeadAttention`, as
+    ``[L]`` or ``[B, L]``: offsets for a KV cache and per-row positions for left
+    padding need nothing else.
+
+    Args:
+        head_dim: the per-head dimension of q and k.
+        base: the frequency base (10000 in RoFormer).
+        layout: ``"half"`` or ``"interleaved"`` (see :func:`apply_rope`).
+        rotary_dim: rotate only the first ``rotary_dim`` features (default all).
+        initial_positions: table length to build up front.
+        dtype: float32 or float64 tables.
+
+    Raises:
+        TypeError, ValueError: ``head_dim``/``rotary_dim`` not positive and even,
+            ``rotary_dim > head_dim``, or an unknown layout.
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        *,
+        base: float = 10000.0,
+        layout: Layout = "half",
+        rotary_dim: int | None = None,
+        initial_positions: int = 0,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        _check_dim("head_dim", head_dim)
+        rotary_dim = head_dim if rotary_dim is None else rotary_dim
+        _check_dim("rotary_dim", rotary_dim)
+        if rotary_dim > head_dim:
+            raise ValueError(f"rotary_dim={rotary_dim} exceeds head_dim={head_dim}")
+        _check_layout(layout)
+        self.head_dim, self.rotary_dim, self.layout = head_dim, rotary_dim, layout
+        self.register_buffer("inv_freq", rope_inv_freq(rotary_dim, base, dtype=dtype), False)
+        empty = torch.empty(0, rotary_dim // 2, dtype=self.inv_freq.dtype)
+        self.register_buffer("cos_cached", empty, persistent=False)
+        self.register_buffer("sin_cached", empty.clone(), persistent=False)
+        if initial_positions > 0:
+            self._grow(initial_positions)
+
+    @property
+    def cached_positions(self) -> int:
+        """How many positions the cached tables cover."""
+        return self.cos_cached.shape[0]
+
+    def _grow(self, needed: int) -> None:
+        size = max(needed, 2 * self.cached_positions)
+        positions = torch.arange(size, device=self.inv_freq.device)
+        self.cos_cached, self.sin_cached = rope_cos_sin(positions, self.inv_freq)
+
+    def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """Look up the tables for integer ``positions`` ([..., L] -> [..., L, rotary_dim/2]).
+
+        Raises:
+            TypeError: ``positions`` is not an integer tensor.
+            ValueError: a position is negative.
+        """
+        if positions.is_floating_point() or positions.dtype == torch.bool:
+            raise TypeError(f"positions must be an integer tensor, got {positions.dtype}")
+        if positions.numel() and int(positions.min()) < 0:
+            raise ValueError("positions must be non-negative")
+        needed = int(positions.max()) + 1 if positions.numel() else 0
+        if needed > self.cached_positions:
+            self._grow(needed)
+        index = positions.to(self.cos_cached.device)
+        return self.cos_cached[index], self.sin_cached[index]
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Rotate ``x [B, H, L, head_dim]`` by ``positions [L]`` or ``[B, L]``."""
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(
+                f"x's last dimension must be head_dim={self.head_dim}, got {x.shape[-1]}"
+            )
+        cos, sin = self.cos_sin(positions)
+        if cos.dim() == 3:  # [B, L, r] -> [B, 1, L, r], shared by the heads
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        cos, sin = cos.to(x.device), sin.to(x.device)
+        return apply_partial_rope(x, cos, sin, self.layout)
+
+    def transform_qk(
+        self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Rotate ``q`` by ``q_positions`` and ``k`` by ``k_positions``."""
+        return self.rotate(q, q_positions), self.rotate(k, k_positions)

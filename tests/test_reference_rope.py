@@ -36,3 +36,16 @@ def test_loop_errors():
         rope_loop(torch.zeros(1, 2), torch.tensor([0]), layout="x")
     with pytest.raises(ValueError, match="positions"):
         rope_loop(torch.zeros(2, 2), torch.tensor([0]))
+
+
+def test_attention_loop_at_position_zero_only_matches_plain_attention_for_one_token():
+    # With a single token, rotation changes q·k only by a common factor: output = value path.
+    from pecode.attention import MultiHeadAttention
+    from pecode.reference import multi_head_attention_loop
+    from pecode.reference.rope import rope_attention_loop
+
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(8, 2).double()
+    x = torch.randn(1, 1, 8, dtype=torch.float64)
+    got = rope_attention_loop(layer, x, torch.tensor([7]))
+    assert torch.allclose(got, multi_head_attention_loop(layer, x), atol=1e-12)

@@ -9,8 +9,27 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pecode.reference.rope import rope_inv_freq_loop, rope_loop
-from pecode.rope import apply_rope, rope_cos_sin, rope_inv_freq
+from pecode.attention import KVCache, MultiHeadAttention
+from pecode.reference.rope import (
+    rope_attention_loop,
+    rope_inv_freq_loop,
+    rope_loop,
+    rope_matrix_loop,
+)
+from pecode.rope import (
+    RotaryEmbedding,
+    apply_partial_rope,
+    apply_rope,
+    apply_rope_complex,
+    apply_rope_matrix,
+    apply_rope_rotate_half,
+    convert_qk_weight_layout,
+    layout_permutation,
+    rope_cos_sin,
+    rope_inv_freq,
+    rope_rotation_matrix,
+    rotate_half,
+)
 
 LAYOUTS = ["half", "interleaved"]
 
@@ -224,3 +243,197 @@ def test_apply_rope_errors():
         apply_rope(x, cos.long(), sin)
     with pytest.raises(ValueError, match="x"):
         apply_rope(torch.randn(4), cos, sin)
+
+
+# --- the other forms of the same map -------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_matrix_and_complex_forms_match_loop(layout):
+    x = torch.randn(2, 6, 8, dtype=torch.float64)
+    positions = torch.tensor([0, 1, 2, 50, 51, 4000])
+    inv = rope_inv_freq(8, dtype=torch.float64)
+    want = rope_loop(x, positions, layout=layout)
+    assert torch.allclose(apply_rope_matrix(x, positions, inv, layout), want, atol=1e-12)
+    assert torch.allclose(apply_rope_complex(x, positions, inv, layout), want, atol=1e-12)
+
+
+def test_interleaved_matrix_is_the_papers_matrix():
+    inv = rope_inv_freq(6, dtype=torch.float64)
+    got = rope_rotation_matrix(torch.tensor([5]), inv)[0]
+    assert torch.allclose(got, rope_matrix_loop(5.0, 6), atol=1e-14)
+
+
+def test_half_matrix_is_a_permuted_interleaved_matrix():
+    inv = rope_inv_freq(8, dtype=torch.float64)
+    perm = layout_permutation(8)
+    half = rope_rotation_matrix(torch.tensor([3]), inv, "half")[0]
+    inter = rope_rotation_matrix(torch.tensor([3]), inv, "interleaved")[0]
+    assert torch.equal(half[perm][:, perm], inter)
+
+
+def test_rotate_half_form_needs_concatenated_tables():
+    x = torch.randn(4, 8, dtype=torch.float64)
+    positions = torch.arange(4) * 5
+    cos, sin = rope_cos_sin(positions, rope_inv_freq(8, dtype=torch.float64))
+    want = rope_loop(x, positions, layout="half")
+    right = apply_rope_rotate_half(x, torch.cat((cos, cos), -1), torch.cat((sin, sin), -1))
+    assert torch.allclose(right, want, atol=1e-12)
+    wrong = apply_rope_rotate_half(x, cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1))
+    assert not torch.allclose(wrong, want, atol=1e-3)
+    assert torch.equal(rotate_half(rotate_half(x)), -x)
+    with pytest.raises(ValueError, match="cos_full"):
+        apply_rope_rotate_half(x, cos, sin)
+    with pytest.raises(ValueError, match="even"):
+        rotate_half(torch.zeros(3))
+
+
+def test_layout_permutation_values_and_errors():
+    assert layout_permutation(6).tolist() == [0, 3, 1, 4, 2, 5]
+    with pytest.raises(ValueError, match="dim"):
+        layout_permutation(5)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_partial_rope_rotates_only_leading_features(layout):
+    x = torch.randn(3, 10, dtype=torch.float64)
+    positions = torch.tensor([1, 20, 300])
+    cos, sin = rope_cos_sin(positions, rope_inv_freq(4, dtype=torch.float64))
+    out = apply_partial_rope(x, cos, sin, layout)
+    assert torch.equal(out[:, 4:], x[:, 4:])
+    assert torch.allclose(out[:, :4], rope_loop(x[:, :4], positions, layout=layout), atol=1e-12)
+    with pytest.raises(ValueError, match="features"):
+        apply_partial_rope(x[:, :2], cos, sin)
+
+
+def test_convert_weights_between_layouts_keeps_scores():
+    torch.manual_seed(1)
+    heads, head_dim, width = 2, 8, 5
+    w_q, w_k = torch.randn(2, heads * head_dim, width, dtype=torch.float64)
+    x = torch.randn(6, width, dtype=torch.float64)
+    positions = torch.arange(6) * 3
+
+    def scores(wq, wk, layout):
+        q = (x @ wq.T).reshape(6, heads, head_dim).transpose(0, 1)
+        k = (x @ wk.T).reshape(6, heads, head_dim).transpose(0, 1)
+        q = rope_loop(q, positions, layout=layout)
+        k = rope_loop(k, positions, layout=layout)
+        return q @ k.transpose(-1, -2)
+
+    meta = scores(w_q, w_k, "interleaved")
+    hf_q = convert_qk_weight_layout(w_q, heads, "interleaved", "half")
+    hf_k = convert_qk_weight_layout(w_k, heads, "interleaved", "half")
+    assert torch.allclose(scores(hf_q, hf_k, "half"), meta, atol=1e-10)
+    assert not torch.allclose(scores(w_q, w_k, "half"), meta, atol=1e-3)
+    back = convert_qk_weight_layout(hf_q, heads, "half", "interleaved")
+    assert torch.equal(back, w_q)
+    with pytest.raises(ValueError, match="num_heads"):
+        convert_qk_weight_layout(w_q, 3, "half", "interleaved")
+    with pytest.raises(ValueError, match="head_dim"):
+        convert_qk_weight_layout(torch.zeros(6, 2), 2, "half", "interleaved")
+
+
+# --- RotaryEmbedding and attention ------------------------------------------------------
+
+
+def test_rotary_embedding_grows_its_cache_on_demand():
+    rotary = RotaryEmbedding(8, initial_positions=4)
+    assert rotary.cached_positions == 4
+    cos, _ = rotary.cos_sin(torch.tensor([0, 9]))
+    assert rotary.cached_positions >= 10
+    want, _ = rope_cos_sin(torch.tensor([0, 9]), rope_inv_freq(8))
+    assert torch.equal(cos, want)
+    assert rotary.cos_cached.dtype == torch.float32
+
+
+def test_rotary_embedding_errors():
+    with pytest.raises(ValueError, match="head_dim"):
+        RotaryEmbedding(7)
+    with pytest.raises(ValueError, match="rotary_dim"):
+        RotaryEmbedding(8, rotary_dim=10)
+    with pytest.raises(ValueError, match="layout"):
+        RotaryEmbedding(8, layout="gptj")
+    rotary = RotaryEmbedding(8)
+    with pytest.raises(ValueError, match="non-negative"):
+        rotary.cos_sin(torch.tensor([-1]))
+    with pytest.raises(TypeError, match="integer"):
+        rotary.cos_sin(torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="head_dim"):
+        rotary.rotate(torch.zeros(1, 1, 2, 6), torch.arange(2))
+
+
+def make_rope_layer(layout="half", rotary_dim=None, seed=0, dtype=torch.float64):
+    torch.manual_seed(seed)
+    scheme = RotaryEmbedding(6, layout=layout, rotary_dim=rotary_dim, dtype=dtype)
+    return MultiHeadAttention(12, 2, position=scheme).to(dtype)
+
+
+@pytest.mark.parametrize(("layout", "rotary_dim"), [("half", None), ("interleaved", 4)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_rope_attention_matches_loop_reference(layout, rotary_dim, causal):
+    layer = make_rope_layer(layout, rotary_dim)
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    positions = torch.tensor([3, 4, 5, 6, 7])
+    with torch.no_grad():
+        got = layer(x, positions=positions, causal=causal)
+    want = rope_attention_loop(
+        layer, x, positions, layout=layout, rotary_dim=rotary_dim, causal=causal
+    )
+    assert torch.allclose(got, want, atol=1e-12)
+
+
+def test_rope_attention_is_shift_invariant_and_values_unrotated():
+    layer = make_rope_layer()
+    x = torch.randn(1, 5, 12, dtype=torch.float64)
+    with torch.no_grad():
+        base = layer(x)
+        shifted = layer(x, positions=torch.arange(5) + 1000)
+    assert torch.allclose(base, shifted, atol=1e-10)
+    # one token attends only to itself: the output is the value path, unrotated
+    one = x[:, :1]
+    with torch.no_grad():
+        plain = MultiHeadAttention(12, 2).double()
+        plain.load_state_dict(layer.state_dict())
+        assert torch.allclose(layer(one, positions=torch.tensor([77])), plain(one), atol=1e-12)
+
+
+@pytest.mark.parametrize("chunks", [[1] * 7, [4, 1, 2]])
+def test_rope_kv_cache_equals_full_pass_float64(chunks):
+    layer = make_rope_layer("interleaved")
+    x = torch.randn(2, 7, 12, dtype=torch.float64)
+    with torch.no_grad():
+        full = layer(x, causal=True)
+        cache, outs, start = KVCache(), [], 0
+        for size in chunks:
+            outs.append(layer(x[:, start : start + size], causal=True, cache=cache))
+            start += size
+    assert torch.allclose(torch.cat(outs, 1), full, atol=1e-10, rtol=0)
+
+
+def test_rope_kv_cache_equals_full_pass_float32():
+    layer = make_rope_layer(dtype=torch.float32)
+    x = torch.randn(2, 64, 12)
+    with torch.no_grad():
+        full = layer(x, causal=True)
+        cache = KVCache()
+        steps = [layer(x[:, t : t + 1], causal=True, cache=cache) for t in range(64)]
+    # float32 rounding in different summation orders; outputs are O(1)
+    assert float((torch.cat(steps, 1) - full).abs().max()) < 1e-5
+
+
+def test_rope_left_padding_with_per_row_positions():
+    # Row 0 is left-padded by two tokens; positions start at 0 on its first real token.
+    layer = make_rope_layer()
+    real = torch.randn(1, 4, 12, dtype=torch.float64)
+    padded = torch.cat((torch.randn(1, 2, 12, dtype=torch.float64), real), dim=1)
+    other = torch.randn(1, 6, 12, dtype=torch.float64)
+    x = torch.cat((padded, other))
+    positions = torch.tensor([[0, 0, 0, 1, 2, 3], [0, 1, 2, 3, 4, 5]])
+    keep = torch.tensor([[False, False, True, True, True, True], [True] * 6])
+    mask = keep[:, None, None, :]
+    with torch.no_grad():
+        out = layer(x, positions=positions, attn_mask=mask, causal=True)
+        alone = layer(real, causal=True)
+        second = layer(other, causal=True)
+    assert torch.allclose(out[0, 2:], alone[0], atol=1e-10)
+    assert torch.allclose(out[1], second[0], atol=1e-10)

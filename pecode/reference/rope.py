@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["rope_inv_freq_loop", "rope_loop", "rope_matrix_loop"]
+__all__ = ["rope_attention_loop", "rope_inv_freq_loop", "rope_loop", "rope_matrix_loop"]
 
 
 def rope_inv_freq_loop(dim: int, base: float = 10000.0) -> list[float]:
@@ -84,3 +84,54 @@ def rope_loop(
                 out[row, t, first] = a * c - b * s
                 out[row, t, second] = a * s + b * c
     return out.reshape(x.shape)
+
+
+def rope_attention_loop(
+    module: torch.nn.Module,
+    x: Tensor,
+    positions: Tensor,
+    *,
+    base: float = 10000.0,
+    layout: str = "half",
+    rotary_dim: int | None = None,
+    causal: bool = False,
+) -> Tensor:
+    """Multi-head attention with RoPE on q and k (RoFormer eq. 16), token by token in float64.
+
+    Uses the projection weights of a :class:`~pecode.attention.MultiHeadAttention`;
+    each head's query and key are rotated with :func:`rope_loop` (the first
+    ``rotary_dim`` features only, if given), values are not.
+
+    Shapes::
+
+        x:         [B, L, D]
+        positions: [L]
+        returns:   [B, L, D] (float64, on the CPU)
+    """
+    batch, length, _ = x.shape
+    heads, head_dim = module.num_heads, module.head_dim
+    rotary = head_dim if rotary_dim is None else rotary_dim
+    xd = x.detach().double().cpu()
+
+    def project(linear: torch.nn.Linear) -> Tensor:
+        w = linear.weight.detach().double().cpu()
+        b = linear.bias.detach().double().cpu() if linear.bias is not None else 0.0
+        return (xd @ w.T + b).reshape(batch, length, heads, head_dim).transpose(1, 2)
+
+    q, k, v = project(module.q_proj), project(module.k_proj), project(module.v_proj)
+    q = torch.cat((rope_loop(q[..., :rotary], positions, base, layout), q[..., rotary:]), -1)
+    k = torch.cat((rope_loop(k[..., :rotary], positions, base, layout), k[..., rotary:]), -1)
+    out = torch.zeros(batch, heads, length, head_dim, dtype=torch.float64)
+    for n in range(batch):
+        for h in range(heads):
+            for i in range(length):
+                visible = range(i + 1) if causal else range(length)
+                logits = [float(q[n, h, i] @ k[n, h, j]) / math.sqrt(head_dim) for j in visible]
+                top = max(logits)
+                exps = [math.exp(value - top) for value in logits]
+                for j, e in zip(visible, exps, strict=True):
+                    out[n, h, i] += e / sum(exps) * v[n, h, j]
+    merged = out.transpose(1, 2).reshape(batch, length, heads * head_dim)
+    w_o = module.out_proj.weight.detach().double().cpu()
+    b_o = module.out_proj.bias.detach().double().cpu() if module.out_proj.bias is not None else 0.0
+    return merged @ w_o.T + b_o
