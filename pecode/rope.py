@@ -72,7 +72,7 @@ def _table_dtype(*dtypes: torch.dtype) -> torch.dtype:
 def rope_inv_freq(dim: int, base: float = 10000.0, *, dtype: torch.dtype = torch.float32) -> Tensor:
     """The rotation frequencies ``θ_i = base^(-2i/dim)`` for ``i = 0 .. dim/2 - 1``.
 
-    RoFormer eq. (15): ``Θ = {θ_i = 10000^(-2(i-1)/d), i = 1..d/2}`` (1-based there).
+    RoFormer §3.2.2: ``Θ = {θ_i = 10000^(-2(i-1)/d), i = 1..d/2}`` (1-based there).
     Computed in float64 and then rounded to ``dtype``.
 
     Shapes::
@@ -172,7 +172,7 @@ def _check_tables(x: Tensor, cos: Tensor, sin: Tensor, half: int) -> None:
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: Layout = "half") -> Tensor:
-    """Rotate each feature pair of ``x`` by its position's angle (RoFormer eq. 34).
+    """Rotate each feature pair of ``x`` by its position's angle (RoFormer §3.4.2).
 
     A pair ``(a, b)`` at position ``m`` becomes
     ``(a cos mθ_i - b sin mθ_i, a sin mθ_i + b cos mθ_i)``. With ``layout="half"``
@@ -264,7 +264,7 @@ def _pairs(dim: int, layout: Layout) -> tuple[Tensor, Tensor]:
 def rope_rotation_matrix(
     positions: Tensor, inv_freq: Tensor, layout: Layout = "interleaved"
 ) -> Tensor:
-    """The ``dim x dim`` rotation matrix ``R^d_{Θ,m}`` of RoFormer eq. (15) for each position.
+    """The ``dim x dim`` rotation matrix ``R^d_{Θ,m}`` of RoFormer §3.2.2, per position.
 
     Block-diagonal with 2x2 rotations ``[[cos mθ_i, -sin mθ_i], [sin mθ_i, cos mθ_i]]``
     on pairs ``(2i, 2i+1)`` (``"interleaved"``, the paper's form) or ``(i, i + dim/2)``
@@ -296,7 +296,7 @@ def rope_rotation_matrix(
 def apply_rope_matrix(
     x: Tensor, positions: Tensor, inv_freq: Tensor, layout: Layout = "interleaved"
 ) -> Tensor:
-    """RoPE as a matrix product ``R^d_{Θ,m} x_m`` (RoFormer eq. 14), ``O(dim²)`` per token.
+    """RoPE as a matrix product ``R^d_{Θ,m} x_m`` (RoFormer §3.2.2), ``O(dim²)`` per token.
 
     Shapes::
 
@@ -319,7 +319,7 @@ def apply_rope_matrix(
 def apply_rope_complex(
     x: Tensor, positions: Tensor, inv_freq: Tensor, layout: Layout = "interleaved"
 ) -> Tensor:
-    """RoPE as complex multiplication ``z_i · e^{i m θ_i}`` (RoFormer eq. 12).
+    """RoPE as complex multiplication ``z_i · e^{i m θ_i}`` (RoFormer §3.2.1).
 
     Each pair ``(a, b)`` is read as ``z = a + ib`` and multiplied by the unit complex
     number ``e^{imθ}`` (the form of Meta's Llama code). Computed in complex64, or

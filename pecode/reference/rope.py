@@ -11,7 +11,7 @@ __all__ = ["rope_attention_loop", "rope_inv_freq_loop", "rope_loop", "rope_matri
 
 
 def rope_inv_freq_loop(dim: int, base: float = 10000.0) -> list[float]:
-    """``θ_i = base^(-2(i-1)/d)`` for ``i = 1 .. d/2`` (RoFormer eq. 15), as Python floats.
+    """``θ_i = base^(-2(i-1)/d)`` for ``i = 1 .. d/2`` (RoFormer §3.2.2), as Python floats.
 
     Raises:
         ValueError: ``dim`` is not positive and even.
@@ -22,7 +22,7 @@ def rope_inv_freq_loop(dim: int, base: float = 10000.0) -> list[float]:
 
 
 def rope_matrix_loop(position: float, dim: int, base: float = 10000.0) -> Tensor:
-    """The block-diagonal rotation matrix ``R^d_{Θ,m}`` of RoFormer eq. (15), in float64.
+    """The block-diagonal rotation matrix ``R^d_{Θ,m}`` of RoFormer §3.2.2, in float64.
 
     Block ``i`` (rows and columns ``2i, 2i+1``) is the 2-D rotation by ``m θ_i``;
     this is the interleaved layout, exactly as the paper writes it.
@@ -96,7 +96,7 @@ def rope_attention_loop(
     rotary_dim: int | None = None,
     causal: bool = False,
 ) -> Tensor:
-    """Multi-head attention with RoPE on q and k (RoFormer eq. 16), token by token in float64.
+    """Multi-head attention with RoPE on q and k (RoFormer §3.2.2), token by token in float64.
 
     Uses the projection weights of a :class:`~pecode.attention.MultiHeadAttention`;
     each head's query and key are rotated with :func:`rope_loop` (the first
