@@ -436,9 +436,11 @@ class RotaryEmbedding(PositionScheme):
 
     Caches cos/sin tables for positions ``0 .. N-1`` (float32, or float64 with
     ``dtype=torch.float64``) and grows them, doubling, when a larger position
-    arrives. Positions come from :class:`~pecode.attention.MultiHeadAttention`, as
-    ``[L]`` or ``[B, L]``: offsets for a KV cache and per-row positions for left
-    padding need nothing else.
+    arrives. The tables stay in that dtype even after ``module.to(torch.bfloat16)``:
+    they are rebuilt, and the rotation runs in float32 before rounding to the input's
+    dtype (chapter 9 shows why). Positions come from
+    :class:`~pecode.attention.MultiHeadAttention` as ``[L]`` or ``[B, L]``: offsets
+    for a KV cache and per-row positions for left padding need nothing else.
 
     Args:
         head_dim: the per-head dimension of q and k.
@@ -450,7 +452,8 @@ class RotaryEmbedding(PositionScheme):
 
     Raises:
         TypeError, ValueError: ``head_dim``/``rotary_dim`` not positive and even,
-            ``rotary_dim > head_dim``, or an unknown layout.
+            ``rotary_dim > head_dim``, an unknown layout, ``base <= 1``, or a
+            ``dtype`` other than float32/float64.
     """
 
     def __init__(
@@ -471,22 +474,32 @@ class RotaryEmbedding(PositionScheme):
             raise ValueError(f"rotary_dim={rotary_dim} exceeds head_dim={head_dim}")
         _check_layout(layout)
         self.head_dim, self.rotary_dim, self.layout = head_dim, rotary_dim, layout
-        self.register_buffer("inv_freq", rope_inv_freq(rotary_dim, base, dtype=dtype), False)
-        empty = torch.empty(0, rotary_dim // 2, dtype=self.inv_freq.dtype)
+        if dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        self.base, self.table_dtype = float(base), dtype
+        rope_inv_freq(rotary_dim, base)  # validates base
+        # The tables are buffers so that .to(device) moves them. .to(torch.bfloat16)
+        # would round them too, so cos_sin rebuilds them whenever their dtype changed.
+        empty = torch.empty(0, rotary_dim // 2, dtype=dtype)
         self.register_buffer("cos_cached", empty, persistent=False)
         self.register_buffer("sin_cached", empty.clone(), persistent=False)
         if initial_positions > 0:
-            self._grow(initial_positions)
+            self._build(initial_positions)
+
+    @property
+    def inv_freq(self) -> Tensor:
+        """The frequencies, recomputed in ``table_dtype`` (never stored, so never rounded)."""
+        return rope_inv_freq(self.rotary_dim, self.base, dtype=self.table_dtype)
 
     @property
     def cached_positions(self) -> int:
         """How many positions the cached tables cover."""
         return self.cos_cached.shape[0]
 
-    def _grow(self, needed: int) -> None:
-        size = max(needed, 2 * self.cached_positions)
-        positions = torch.arange(size, device=self.inv_freq.device)
-        self.cos_cached, self.sin_cached = rope_cos_sin(positions, self.inv_freq)
+    def _build(self, size: int) -> None:
+        positions = torch.arange(size, device=self.cos_cached.device)
+        inv_freq = self.inv_freq.to(self.cos_cached.device)
+        self.cos_cached, self.sin_cached = rope_cos_sin(positions, inv_freq)
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """Look up the tables for integer ``positions`` ([..., L] -> [..., L, rotary_dim/2]).
@@ -500,8 +513,10 @@ class RotaryEmbedding(PositionScheme):
         if positions.numel() and int(positions.min()) < 0:
             raise ValueError("positions must be non-negative")
         needed = int(positions.max()) + 1 if positions.numel() else 0
-        if needed > self.cached_positions:
-            self._grow(needed)
+        if self.cos_cached.dtype != self.table_dtype:  # cast by Module.to(dtype)
+            self._build(max(needed, self.cached_positions))
+        elif needed > self.cached_positions:
+            self._build(max(needed, 2 * self.cached_positions))  # doubling
         index = positions.to(self.cos_cached.device)
         return self.cos_cached[index], self.sin_cached[index]
 

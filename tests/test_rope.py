@@ -346,6 +346,18 @@ def test_rotary_embedding_grows_its_cache_on_demand():
     assert rotary.cos_cached.dtype == torch.float32
 
 
+def test_rotary_embedding_tables_survive_a_cast_to_bfloat16():
+    layer = make_rope_layer(dtype=torch.float32).to(torch.bfloat16)
+    rotary = layer.position
+    cos, _ = rotary.cos_sin(torch.tensor([1001, 3001]))
+    assert cos.dtype == torch.float32
+    want, _ = rope_cos_sin(torch.tensor([1001, 3001]), rope_inv_freq(6, dtype=torch.float64))
+    assert float((cos.double() - want).abs().max()) < 1e-3
+    x = torch.randn(1, 5, 12).to(torch.bfloat16)
+    with torch.no_grad():
+        assert layer(x, positions=torch.arange(5) + 3000).dtype == torch.bfloat16
+
+
 def test_rotary_embedding_errors():
     with pytest.raises(ValueError, match="head_dim"):
         RotaryEmbedding(7)
@@ -353,6 +365,10 @@ def test_rotary_embedding_errors():
         RotaryEmbedding(8, rotary_dim=10)
     with pytest.raises(ValueError, match="layout"):
         RotaryEmbedding(8, layout="gptj")
+    with pytest.raises(TypeError, match="dtype"):
+        RotaryEmbedding(8, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="base"):
+        RotaryEmbedding(8, base=0.5)
     rotary = RotaryEmbedding(8)
     with pytest.raises(ValueError, match="non-negative"):
         rotary.cos_sin(torch.tensor([-1]))
