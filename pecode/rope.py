@@ -487,19 +487,18 @@ class RotaryEmbedding(PositionScheme):
             self._build(initial_positions)
 
     @property
-    def inv_freq(self) -> Tensor:
-        """The frequencies, recomputed in ``table_dtype`` (never stored, so never rounded)."""
-        return rope_inv_freq(self.rotary_dim, self.base, dtype=self.table_dtype)
-
-    @property
     def cached_positions(self) -> int:
         """How many positions the cached tables cover."""
         return self.cos_cached.shape[0]
 
     def _build(self, size: int) -> None:
-        positions = torch.arange(size, device=self.cos_cached.device)
-        inv_freq = self.inv_freq.to(self.cos_cached.device)
-        self.cos_cached, self.sin_cached = rope_cos_sin(positions, inv_freq)
+        # Angles in float64 on the CPU (a one-off cost; not every accelerator has
+        # float64), stored in table_dtype: float32 angles would be off by ~m * 6e-8.
+        inv_freq = rope_inv_freq(self.rotary_dim, self.base, dtype=torch.float64)
+        cos, sin = rope_cos_sin(torch.arange(size), inv_freq)
+        device = self.cos_cached.device
+        self.cos_cached = cos.to(device=device, dtype=self.table_dtype)
+        self.sin_cached = sin.to(device=device, dtype=self.table_dtype)
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """Look up the tables for integer ``positions`` ([..., L] -> [..., L, rotary_dim/2]).
