@@ -101,6 +101,7 @@ def complex_solution_2d() -> Proof:
             "The real inner product of two 2-vectors is the real part of $z_q \\overline{z_k}$",
             q1 * k1 + q2 * k2,
             sp.re(sp.expand(zq * sp.conjugate(zk))),
+            latex="q_1 k_1 + q_2 k_2 = \\operatorname{Re}\\left[z_q \\overline{z_k}\\right]",
         ),
         Step(
             "Multiplying $z_q$ by $e^{im\\theta}$ is the rotation matrix $R(m\\theta)$ "
