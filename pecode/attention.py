@@ -173,7 +173,7 @@ class KVCache:
 
     @property
     def next_position(self) -> int:
-        """The default position of the next token: one past the largest cached position."""
+        """One past the largest cached position (the default position of the next token)."""
         return 0 if self.positions is None else int(self.positions.max()) + 1
 
     def append(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:

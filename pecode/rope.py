@@ -26,8 +26,6 @@ tables and grows them on demand.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import Tensor
 
@@ -48,7 +46,6 @@ __all__ = [
     "rotate_half",
 ]
 
-Layout = Literal["half", "interleaved"]
 _LAYOUTS = ("half", "interleaved")
 
 
@@ -171,7 +168,7 @@ def _check_tables(x: Tensor, cos: Tensor, sin: Tensor, half: int) -> None:
         ) from err
 
 
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: Layout = "half") -> Tensor:
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Tensor:
     """Rotate each feature pair of ``x`` by its position's angle (RoFormer §3.4.2).
 
     A pair ``(a, b)`` at position ``m`` becomes
@@ -253,7 +250,7 @@ def apply_rope_rotate_half(x: Tensor, cos_full: Tensor, sin_full: Tensor) -> Ten
     return x * cos_full + rotate_half(x) * sin_full
 
 
-def _pairs(dim: int, layout: Layout) -> tuple[Tensor, Tensor]:
+def _pairs(dim: int, layout: str) -> tuple[Tensor, Tensor]:
     """Indices of the first and second feature of every pair."""
     half = dim // 2
     if layout == "half":
@@ -262,7 +259,7 @@ def _pairs(dim: int, layout: Layout) -> tuple[Tensor, Tensor]:
 
 
 def rope_rotation_matrix(
-    positions: Tensor, inv_freq: Tensor, layout: Layout = "interleaved"
+    positions: Tensor, inv_freq: Tensor, layout: str = "interleaved"
 ) -> Tensor:
     """The ``dim x dim`` rotation matrix ``R^d_{Θ,m}`` of RoFormer §3.2.2, per position.
 
@@ -294,7 +291,7 @@ def rope_rotation_matrix(
 
 
 def apply_rope_matrix(
-    x: Tensor, positions: Tensor, inv_freq: Tensor, layout: Layout = "interleaved"
+    x: Tensor, positions: Tensor, inv_freq: Tensor, layout: str = "interleaved"
 ) -> Tensor:
     """RoPE as a matrix product ``R^d_{Θ,m} x_m`` (RoFormer §3.2.2), ``O(dim²)`` per token.
 
@@ -317,7 +314,7 @@ def apply_rope_matrix(
 
 
 def apply_rope_complex(
-    x: Tensor, positions: Tensor, inv_freq: Tensor, layout: Layout = "interleaved"
+    x: Tensor, positions: Tensor, inv_freq: Tensor, layout: str = "interleaved"
 ) -> Tensor:
     """RoPE as complex multiplication ``z_i · e^{i m θ_i}`` (RoFormer §3.2.1).
 
@@ -352,7 +349,7 @@ def apply_rope_complex(
     return torch.cat((turned.real, turned.imag), dim=-1)
 
 
-def apply_partial_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: Layout = "half") -> Tensor:
+def apply_partial_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Tensor:
     """Rotate the first ``2 * cos.shape[-1]`` features of ``x`` and pass the rest through.
 
     Partial rotary embedding as in GPT-NeoX (``rotary_pct``, half layout) and GPT-J
@@ -394,9 +391,7 @@ def layout_permutation(dim: int) -> Tensor:
     return torch.stack((torch.arange(half), torch.arange(half) + half), dim=-1).flatten()
 
 
-def convert_qk_weight_layout(
-    weight: Tensor, num_heads: int, source: Layout, target: Layout
-) -> Tensor:
+def convert_qk_weight_layout(weight: Tensor, num_heads: int, source: str, target: str) -> Tensor:
     """Reorder the output rows of a query or key projection from one RoPE layout to the other.
 
     A checkpoint trained with interleaved RoPE (Meta's Llama) gives the same attention
@@ -461,7 +456,7 @@ class RotaryEmbedding(PositionScheme):
         head_dim: int,
         *,
         base: float = 10000.0,
-        layout: Layout = "half",
+        layout: str = "half",
         rotary_dim: int | None = None,
         initial_positions: int = 0,
         dtype: torch.dtype = torch.float32,
