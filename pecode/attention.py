@@ -27,7 +27,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["KVCache", "MultiHeadAttention", "PositionScheme", "additive_mask", "causal_mask"]
+__all__ = [
+    "KVCache",
+    "MultiHeadAttention",
+    "PositionScheme",
+    "additive_mask",
+    "causal_mask",
+    "forward_in_chunks",
+]
 
 
 class PositionScheme(nn.Module):
@@ -411,3 +418,29 @@ def _check_mask_shape(mask: Tensor, batch: int, heads: int, q_len: int, k_len: i
         raise ValueError(
             f"attn_mask of shape {tuple(mask.shape)} does not broadcast to {list(target)}"
         )
+
+
+def forward_in_chunks(
+    layer: MultiHeadAttention, x: Tensor, chunk_sizes: list[int]
+) -> tuple[Tensor, KVCache]:
+    """Run a causal ``layer`` over ``x`` piece by piece with a fresh :class:`KVCache`.
+
+    ``chunk_sizes = [5, 1, 1, ...]`` is a prompt of five tokens followed by decoding one
+    token at a time; the result should equal ``layer(x, causal=True)``.
+
+    Shapes::
+
+        x: [B, L, D]    returns: ([B, L, D], the cache holding all L keys)
+
+    Raises:
+        ValueError: the chunk sizes are not positive or do not add up to ``L``.
+    """
+    if any(size <= 0 for size in chunk_sizes) or sum(chunk_sizes) != x.shape[1]:
+        raise ValueError(
+            f"chunk_sizes must be positive and add up to {x.shape[1]}, got {chunk_sizes}"
+        )
+    cache, outputs, start = KVCache(), [], 0
+    for size in chunk_sizes:
+        outputs.append(layer(x[:, start : start + size], causal=True, cache=cache))
+        start += size
+    return torch.cat(outputs, dim=1), cache

@@ -15,6 +15,7 @@ from pecode.attention import (
     PositionScheme,
     additive_mask,
     causal_mask,
+    forward_in_chunks,
 )
 from pecode.reference import multi_head_attention_loop
 
@@ -276,13 +277,19 @@ def test_kv_cache_decoding_equals_full_causal_pass(scheme, chunks):
     x = torch.randn(2, 6, 12, dtype=torch.float64)
     with torch.no_grad():
         full = layer(x, causal=True)
-        cache, outs, start = KVCache(), [], 0
-        for size in chunks:
-            outs.append(layer(x[:, start : start + size], causal=True, cache=cache))
-            start += size
+        stepwise, cache = forward_in_chunks(layer, x, chunks)
     assert len(cache) == 6
     assert cache.next_position == 6
-    assert torch.allclose(torch.cat(outs, dim=1), full, atol=1e-10)
+    assert torch.allclose(stepwise, full, atol=1e-10)
+
+
+def test_forward_in_chunks_checks_sizes():
+    layer = make_layer()
+    x = torch.randn(1, 4, 12, dtype=torch.float64)
+    with pytest.raises(ValueError, match="chunk_sizes"):
+        forward_in_chunks(layer, x, [2, 1])
+    with pytest.raises(ValueError, match="chunk_sizes"):
+        forward_in_chunks(layer, x, [5, -1])
 
 
 def test_kv_cache_with_output_term_scheme():

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pecode.attention import KVCache, MultiHeadAttention
+from pecode.attention import MultiHeadAttention, forward_in_chunks
 from pecode.reference.rope import (
     rope_attention_loop,
     rope_inv_freq_loop,
@@ -419,11 +419,8 @@ def test_rope_kv_cache_equals_full_pass_float64(chunks):
     x = torch.randn(2, 7, 12, dtype=torch.float64)
     with torch.no_grad():
         full = layer(x, causal=True)
-        cache, outs, start = KVCache(), [], 0
-        for size in chunks:
-            outs.append(layer(x[:, start : start + size], causal=True, cache=cache))
-            start += size
-    assert torch.allclose(torch.cat(outs, 1), full, atol=1e-10, rtol=0)
+        stepwise, _ = forward_in_chunks(layer, x, chunks)
+    assert torch.allclose(stepwise, full, atol=1e-10, rtol=0)
 
 
 def test_rope_kv_cache_equals_full_pass_float32():
@@ -431,10 +428,9 @@ def test_rope_kv_cache_equals_full_pass_float32():
     x = torch.randn(2, 64, 12)
     with torch.no_grad():
         full = layer(x, causal=True)
-        cache = KVCache()
-        steps = [layer(x[:, t : t + 1], causal=True, cache=cache) for t in range(64)]
+        stepwise, _ = forward_in_chunks(layer, x, [1] * 64)
     # float32 rounding in different summation orders; outputs are O(1)
-    assert float((torch.cat(steps, 1) - full).abs().max()) < 1e-5
+    assert float((stepwise - full).abs().max()) < 1e-5
 
 
 def test_rope_left_padding_with_per_row_positions():
