@@ -27,7 +27,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["MultiHeadAttention", "PositionScheme", "additive_mask", "causal_mask"]
+__all__ = [
+    "KVCache",
+    "MultiHeadAttention",
+    "PositionScheme",
+    "additive_mask",
+    "causal_mask",
+    "forward_in_chunks",
+]
 
 
 class PositionScheme(nn.Module):
@@ -149,6 +156,58 @@ def additive_mask(
     return total
 
 
+class KVCache:
+    """Keys, values and key positions of earlier calls, for decoding one step at a time.
+
+    :class:`MultiHeadAttention` appends each call's keys *after*
+    :meth:`PositionScheme.transform_qk` (for RoPE: already rotated), its values and
+    its positions, and attends over everything cached. This is exact for schemes
+    whose ``transform_qk`` treats each key by its own position (none, RoPE); the
+    other hooks receive all cached keys and their positions. One cache per layer.
+
+    Shapes::
+
+        keys, values: [B, H, Lk, Dh]    positions: [Lk] or [B, Lk]
+    """
+
+    def __init__(self) -> None:
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+        self.positions: Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[-2]
+
+    @property
+    def next_position(self) -> int:
+        """One past the largest cached position (the default position of the next token)."""
+        return 0 if self.positions is None else int(self.positions.max()) + 1
+
+    def append(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Add new keys, values and positions; return the cached ones, new included.
+
+        Raises:
+            ValueError: the new keys do not match the cached batch, heads or head size.
+        """
+        if self.keys is None or self.values is None or self.positions is None:
+            self.keys, self.values, self.positions = k, v, positions
+            return k, v, positions
+        if k.shape[:2] != self.keys.shape[:2] or k.shape[-1] != self.keys.shape[-1]:
+            raise ValueError(
+                f"new keys of shape {tuple(k.shape)} do not fit the cache's "
+                f"{tuple(self.keys.shape)}"
+            )
+        old, new = self.positions, positions
+        if old.dim() != new.dim():  # a mix of [L] and [B, L]: expand both to [B, L]
+            batch = k.shape[0]
+            old = old.expand(batch, -1) if old.dim() == 1 else old
+            new = new.expand(batch, -1) if new.dim() == 1 else new
+        self.keys = torch.cat((self.keys, k), dim=-2)
+        self.values = torch.cat((self.values, v), dim=-2)
+        self.positions = torch.cat((old, new), dim=-1)
+        return self.keys, self.values, self.positions
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention (Vaswani et al. 2017, §3.2) with a pluggable position scheme.
 
@@ -209,27 +268,35 @@ class MultiHeadAttention(nn.Module):
         positions: Tensor | None = None,
         causal: bool = False,
         attn_mask: Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> Tensor:
-        """Attend over ``x``.
+        """Attend over ``x`` (and, with a ``cache``, over the keys of earlier calls).
 
-        Shapes::
+        Shapes, with ``Lk = L`` plus the cached length::
 
             x:         [B, L, D] (floating)
-            positions: [L] or [B, L] (integer); default 0 .. L-1
-            attn_mask: broadcastable to [B, H, L, L]; bool (True = may attend) or float
+            positions: [L] or [B, L] (integer); default 0 .. L-1, or with a cache
+                       cache.next_position .. cache.next_position + L - 1
+            attn_mask: broadcastable to [B, H, L, Lk]; bool (True = may attend) or float
             returns:   [B, L, D]
+
+        With ``causal=True`` and a cache, the ``L`` queries are the last ``L`` of the
+        ``Lk`` keys (:func:`causal_mask`), so feeding a sequence token by token gives
+        the same outputs as one causal pass over it.
 
         Raises:
             ValueError: ``x`` is not 3-D with last dimension ``embed_dim``, or
                 ``positions`` / ``attn_mask`` do not fit ``x``.
-            TypeError: ``x`` is not floating, or ``positions`` is not integer.
+            TypeError: ``x`` is not floating, ``positions`` is not integer, or
+                ``cache`` is not a :class:`KVCache`.
         """
-        q, k, v, mask = self._prepare(x, positions, causal, attn_mask)
+        q, k, v, mask, q_positions, k_positions = self._prepare(
+            x, positions, causal, attn_mask, cache
+        )
         dropout = self.dropout if self.training else 0.0
         if self.position.has_output_term:
             weights = F.dropout(self._weights(q, k, mask), p=dropout, training=self.training)
-            positions = self._check_positions(positions, x.shape[0], x.shape[1], x.device)
-            out = weights @ v + self.position.output_term(weights, positions, positions)
+            out = weights @ v + self.position.output_term(weights, q_positions, k_positions)
         else:
             scale = self.position.logit_scale(self.head_dim)
             out = F.scaled_dot_product_attention(
@@ -253,7 +320,7 @@ class MultiHeadAttention(nn.Module):
 
             x: [B, L, D]    returns: [B, H, L, L], each row sums to 1
         """
-        q, k, _, mask = self._prepare(x, positions, causal, attn_mask)
+        q, k, _, mask, _, _ = self._prepare(x, positions, causal, attn_mask, None)
         return self._weights(q, k, mask)
 
     def _weights(self, q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
@@ -264,29 +331,45 @@ class MultiHeadAttention(nn.Module):
         return logits.softmax(dim=-1)
 
     def _prepare(
-        self, x: Tensor, positions: Tensor | None, causal: bool, attn_mask: Tensor | None
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-        """Project to heads, apply the position scheme and build the float mask."""
+        self,
+        x: Tensor,
+        positions: Tensor | None,
+        causal: bool,
+        attn_mask: Tensor | None,
+        cache: KVCache | None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor, Tensor]:
+        """Project to heads, apply the position scheme, extend the cache, build the mask.
+
+        Returns ``q, k, v, mask, q_positions, k_positions`` (``k``, ``v`` and
+        ``k_positions`` include the cached keys).
+        """
         self._check_input(x)
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
         batch, length, _ = x.shape
-        positions = self._check_positions(positions, batch, length, x.device)
-        if attn_mask is not None:
-            _check_mask_shape(attn_mask, batch, self.num_heads, length, length)
+        start = 0 if cache is None else cache.next_position
+        positions = self._check_positions(positions, batch, length, x.device, start)
+        k_len = length + (0 if cache is None else len(cache))
+        if attn_mask is not None:  # checked before the cache grows
+            _check_mask_shape(attn_mask, batch, self.num_heads, length, k_len)
         q = self._split_heads(self.q_proj(x))
         k = self._split_heads(self.k_proj(x))
         v = self._split_heads(self.v_proj(x))
         q, k = self.position.transform_qk(q, k, positions, positions)
-        bias = self.position.score_bias(q, k, positions, positions)
+        k_positions = positions
+        if cache is not None:
+            k, v, k_positions = cache.append(k, v, positions)
+        bias = self.position.score_bias(q, k, positions, k_positions)
         mask = additive_mask(
             attn_mask,
             causal=causal,
             bias=bias,
             q_len=length,
-            k_len=length,
+            k_len=k_len,
             dtype=q.dtype,
             device=q.device,
         )
-        return q, k, v, mask
+        return q, k, v, mask, positions, k_positions
 
     def _check_input(self, x: Tensor) -> None:
         if not isinstance(x, Tensor):
@@ -302,10 +385,10 @@ class MultiHeadAttention(nn.Module):
 
     @staticmethod
     def _check_positions(
-        positions: Tensor | None, batch: int, length: int, device: torch.device
+        positions: Tensor | None, batch: int, length: int, device: torch.device, start: int = 0
     ) -> Tensor:
         if positions is None:
-            return torch.arange(length, device=device)
+            return torch.arange(start, start + length, device=device)
         if positions.is_floating_point() or positions.dtype == torch.bool:
             raise TypeError(f"positions must be an integer tensor, got {positions.dtype}")
         if positions.shape not in ((length,), (batch, length)):
@@ -335,3 +418,29 @@ def _check_mask_shape(mask: Tensor, batch: int, heads: int, q_len: int, k_len: i
         raise ValueError(
             f"attn_mask of shape {tuple(mask.shape)} does not broadcast to {list(target)}"
         )
+
+
+def forward_in_chunks(
+    layer: MultiHeadAttention, x: Tensor, chunk_sizes: list[int]
+) -> tuple[Tensor, KVCache]:
+    """Run a causal ``layer`` over ``x`` piece by piece with a fresh :class:`KVCache`.
+
+    ``chunk_sizes = [5, 1, 1, ...]`` is a prompt of five tokens followed by decoding one
+    token at a time; the result should equal ``layer(x, causal=True)``.
+
+    Shapes::
+
+        x: [B, L, D]    returns: ([B, L, D], the cache holding all L keys)
+
+    Raises:
+        ValueError: the chunk sizes are not positive or do not add up to ``L``.
+    """
+    if any(size <= 0 for size in chunk_sizes) or sum(chunk_sizes) != x.shape[1]:
+        raise ValueError(
+            f"chunk_sizes must be positive and add up to {x.shape[1]}, got {chunk_sizes}"
+        )
+    cache, outputs, start = KVCache(), [], 0
+    for size in chunk_sizes:
+        outputs.append(layer(x[:, start : start + size], causal=True, cache=cache))
+        start += size
+    return torch.cat(outputs, dim=1), cache

@@ -9,7 +9,14 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pecode.attention import MultiHeadAttention, PositionScheme, additive_mask, causal_mask
+from pecode.attention import (
+    KVCache,
+    MultiHeadAttention,
+    PositionScheme,
+    additive_mask,
+    causal_mask,
+    forward_in_chunks,
+)
 from pecode.reference import multi_head_attention_loop
 
 
@@ -251,3 +258,65 @@ def test_base_scheme_has_no_output_term():
     assert not PositionScheme().has_output_term
     with pytest.raises(NotImplementedError):
         PositionScheme().output_term(torch.zeros(1, 1, 1, 1), torch.arange(1), torch.arange(1))
+
+
+# --- KV cache ----------------------------------------------------------------------------
+
+
+class PositionsBias(PositionScheme):
+    """A bias that depends on key - query position, to see the cache hands over positions."""
+
+    def score_bias(self, q, k, q_positions, k_positions):
+        return -0.3 * (q_positions[:, None] - k_positions[None, :]).abs().to(q.dtype)
+
+
+@pytest.mark.parametrize("scheme", [None, PositionsBias()])
+@pytest.mark.parametrize("chunks", [[1] * 6, [3, 1, 2], [6]])
+def test_kv_cache_decoding_equals_full_causal_pass(scheme, chunks):
+    layer = make_layer(position=scheme)
+    x = torch.randn(2, 6, 12, dtype=torch.float64)
+    with torch.no_grad():
+        full = layer(x, causal=True)
+        stepwise, cache = forward_in_chunks(layer, x, chunks)
+    assert len(cache) == 6
+    assert cache.next_position == 6
+    assert torch.allclose(stepwise, full, atol=1e-10)
+
+
+def test_forward_in_chunks_checks_sizes():
+    layer = make_layer()
+    x = torch.randn(1, 4, 12, dtype=torch.float64)
+    with pytest.raises(ValueError, match="chunk_sizes"):
+        forward_in_chunks(layer, x, [2, 1])
+    with pytest.raises(ValueError, match="chunk_sizes"):
+        forward_in_chunks(layer, x, [5, -1])
+
+
+def test_kv_cache_with_output_term_scheme():
+    class ValueTerm(PositionScheme):
+        def output_term(self, weights, q_positions, k_positions):
+            rel = (k_positions[None, :] - q_positions[:, None]).to(weights.dtype)
+            return (weights * rel).sum(-1, keepdim=True).expand(*weights.shape[:3], 4)
+
+    layer = make_layer(position=ValueTerm())
+    x = torch.randn(1, 5, 12, dtype=torch.float64)
+    with torch.no_grad():
+        full = layer(x, causal=True)
+        cache = KVCache()
+        steps = [layer(x[:, t : t + 1], causal=True, cache=cache) for t in range(5)]
+    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-10)
+
+
+def test_kv_cache_errors():
+    layer = make_layer()
+    cache = KVCache()
+    with torch.no_grad():
+        layer(torch.randn(2, 3, 12, dtype=torch.float64), cache=cache)
+        with pytest.raises(ValueError, match="cache"):
+            layer(torch.randn(1, 1, 12, dtype=torch.float64), cache=cache)
+        with pytest.raises(TypeError, match="cache"):
+            layer(torch.randn(2, 1, 12, dtype=torch.float64), cache={})
+        short = torch.ones(1, 3, dtype=torch.bool)  # with the cache the keys are 3 + 1
+        with pytest.raises(ValueError, match="attn_mask"):
+            layer(torch.randn(2, 1, 12, dtype=torch.float64), cache=cache, attn_mask=short)
+    assert len(cache) == 3  # a refused call leaves the cache as it was

@@ -1,0 +1,533 @@
+"""Rotary position embedding (RoPE), Su et al. (2024), "RoFormer", §3.2-3.4.
+
+RoPE rotates each pair of query/key features by an angle proportional to the token's
+position, so that the dot product of a rotated query at position ``m`` and a rotated
+key at position ``n`` depends on the positions only through ``m - n``.
+
+The pure functions come first:
+
+* :func:`rope_inv_freq`: the frequencies ``θ_i = base^(-2i/d)``;
+* :func:`rope_cos_sin`: the cos/sin tables for given positions (float32 or wider);
+* :func:`apply_rope`: the element-wise rotation, in the *half* layout (feature ``i``
+  paired with ``i + d/2``: GPT-NeoX, Hugging Face Llama) or the *interleaved* layout
+  (``2i`` with ``2i + 1``: RoFormer, GPT-J, Meta's Llama);
+* :func:`rope_rotation_matrix` / :func:`apply_rope_matrix` and
+  :func:`apply_rope_complex`: the same map as a block-diagonal matrix and as complex
+  multiplication, for teaching and for checking;
+* :func:`apply_partial_rope`: rotate only the leading features (GPT-NeoX's
+  ``rotary_pct``, GPT-J's ``rotary_dim``);
+* :func:`layout_permutation` and :func:`convert_qk_weight_layout`: the fixed feature
+  permutation between the two layouts, and what it does to checkpoint weights.
+
+:class:`RotaryEmbedding` is the :class:`~pecode.attention.PositionScheme` that rotates
+queries and keys inside :class:`~pecode.attention.MultiHeadAttention`; it caches its
+tables and grows them on demand.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from pecode.attention import PositionScheme
+
+__all__ = [
+    "RotaryEmbedding",
+    "apply_partial_rope",
+    "apply_rope",
+    "apply_rope_complex",
+    "apply_rope_matrix",
+    "apply_rope_rotate_half",
+    "convert_qk_weight_layout",
+    "layout_permutation",
+    "rope_cos_sin",
+    "rope_inv_freq",
+    "rope_rotation_matrix",
+    "rotate_half",
+]
+
+_LAYOUTS = ("half", "interleaved")
+
+
+def _check_dim(name: str, dim: int) -> None:
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"{name} must be an int, got {type(dim).__name__}")
+    if dim <= 0 or dim % 2 != 0:
+        raise ValueError(f"{name} must be a positive even number (RoPE rotates pairs), got {dim}")
+
+
+def _check_layout(layout: str) -> None:
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
+
+
+def _table_dtype(*dtypes: torch.dtype) -> torch.dtype:
+    """float64 if any input is float64, else float32: never narrower than float32."""
+    return torch.float64 if torch.float64 in dtypes else torch.float32
+
+
+def rope_inv_freq(dim: int, base: float = 10000.0, *, dtype: torch.dtype = torch.float32) -> Tensor:
+    """The rotation frequencies ``θ_i = base^(-2i/dim)`` for ``i = 0 .. dim/2 - 1``.
+
+    RoFormer §3.2.2: ``Θ = {θ_i = 10000^(-2(i-1)/d), i = 1..d/2}`` (1-based there).
+    Computed in float64 and then rounded to ``dtype``.
+
+    Shapes::
+
+        returns: [dim // 2], ``dtype`` (float32 by default)
+
+    Args:
+        dim: the number of rotated features (even).
+        base: the base of the geometric progression (10000 in RoFormer).
+        dtype: float32 (the contract's default) or float64.
+
+    Raises:
+        TypeError: ``dim`` is not an int, or ``dtype`` is not float32/float64.
+        ValueError: ``dim`` is not positive and even, or ``base`` is not greater than 1.
+    """
+    _check_dim("dim", dim)
+    if not base > 1.0:
+        raise ValueError(f"base must be greater than 1, got {base}")
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    exponents = torch.arange(0, dim, 2, dtype=torch.float64) / dim
+    return (float(base) ** -exponents).to(dtype)
+
+
+def rope_cos_sin(
+    positions: Tensor, inv_freq: Tensor, *, compute_dtype: torch.dtype | None = None
+) -> tuple[Tensor, Tensor]:
+    """The tables ``cos(m θ_i)`` and ``sin(m θ_i)`` for every position ``m``.
+
+    The angles ``m θ_i`` are formed and the cos/sin taken in float32, or float64 when
+    ``inv_freq`` is float64, whatever the dtype of ``positions``: bf16 cannot even
+    represent position 1001 (its spacing near 1000 is 4), so a bf16 angle there is off
+    by up to 2 radians (chapter 9 measures the error).
+    ``compute_dtype`` overrides this, only to reproduce that failure.
+
+    Shapes::
+
+        positions: [..., L] (integer or floating)
+        inv_freq:  [dim // 2]
+        returns:   (cos, sin), each [..., L, dim // 2]
+
+    Args:
+        positions: token positions (RoFormer's ``m``).
+        inv_freq: the frequencies from :func:`rope_inv_freq`.
+        compute_dtype: the dtype for the angles and the tables (default: float32 or
+            float64 as above).
+
+    Raises:
+        TypeError: an argument is not a tensor, ``inv_freq`` is not floating, or
+            ``compute_dtype`` is not a floating dtype.
+        ValueError: ``inv_freq`` is not 1-D, or ``positions`` is 0-D.
+    """
+    if not isinstance(positions, Tensor) or not isinstance(inv_freq, Tensor):
+        raise TypeError("positions and inv_freq must be torch.Tensors")
+    if not inv_freq.is_floating_point():
+        raise TypeError(f"inv_freq must be a floating tensor, got {inv_freq.dtype}")
+    if inv_freq.dim() != 1:
+        raise ValueError(f"inv_freq must be 1-D [dim // 2], got shape {tuple(inv_freq.shape)}")
+    if positions.dim() == 0:
+        raise ValueError("positions must have at least one dimension [..., L]")
+    if positions.dtype == torch.bool:
+        raise TypeError("positions must be integer or floating, got torch.bool")
+    if compute_dtype is None:
+        compute_dtype = _table_dtype(inv_freq.dtype, positions.dtype)
+    elif not compute_dtype.is_floating_point:
+        raise TypeError(f"compute_dtype must be a floating dtype, got {compute_dtype}")
+    angles = positions.to(compute_dtype).unsqueeze(-1) * inv_freq.to(
+        device=positions.device, dtype=compute_dtype
+    )
+    return angles.cos(), angles.sin()
+
+
+def _check_tables(x: Tensor, cos: Tensor, sin: Tensor, half: int) -> None:
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor, got {t.dtype}")
+    if x.dim() < 2:
+        raise ValueError(f"x must have shape [..., L, dim], got {tuple(x.shape)}")
+    if cos.shape != sin.shape:
+        raise ValueError(
+            f"cos and sin must have the same shape, got {tuple(cos.shape)} and {tuple(sin.shape)}"
+        )
+    if cos.dim() < 2 or cos.shape[-1] != half or cos.shape[-2] not in (1, x.shape[-2]):
+        raise ValueError(
+            f"cos/sin must have shape [..., {x.shape[-2]}, {half}] to rotate x of shape "
+            f"{tuple(x.shape)}, got {tuple(cos.shape)}"
+        )
+    try:
+        torch.broadcast_shapes(x.shape[:-1], cos.shape[:-1])
+    except RuntimeError as err:
+        raise ValueError(
+            f"cos/sin of shape {tuple(cos.shape)} do not broadcast against x of shape "
+            f"{tuple(x.shape)}"
+        ) from err
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Tensor:
+    """Rotate each feature pair of ``x`` by its position's angle (RoFormer §3.4.2).
+
+    A pair ``(a, b)`` at position ``m`` becomes
+    ``(a cos mθ_i - b sin mθ_i, a sin mθ_i + b cos mθ_i)``. With ``layout="half"``
+    the pairs are ``(x_i, x_{i + dim/2})`` (GPT-NeoX, Hugging Face Llama); with
+    ``layout="interleaved"`` they are ``(x_{2i}, x_{2i+1})`` (RoFormer, GPT-J, Meta's
+    Llama). The arithmetic runs in the wider of ``x``'s and the tables' dtypes; the
+    result has ``x``'s dtype.
+
+    Shapes::
+
+        x:        [..., L, dim]
+        cos, sin: [..., L, dim // 2], broadcastable against x (from rope_cos_sin)
+        returns:  [..., L, dim], x.dtype
+
+    Raises:
+        TypeError: an input is not a floating tensor.
+        ValueError: ``dim`` is odd, the tables do not fit ``x``, or ``layout`` is unknown.
+    """
+    _check_layout(layout)
+    if isinstance(x, Tensor) and x.dim() >= 1 and x.shape[-1] % 2 != 0:
+        raise ValueError(f"x's last dimension must be even (RoPE rotates pairs), got {x.shape[-1]}")
+    half = x.shape[-1] // 2 if isinstance(x, Tensor) else 0
+    _check_tables(x, cos, sin, half)
+    work = torch.promote_types(x.dtype, cos.dtype)
+    cos, sin = cos.to(work), sin.to(work)
+    if layout == "half":
+        a, b = x[..., :half].to(work), x[..., half:].to(work)
+        out = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+    else:
+        pairs = x.to(work).unflatten(-1, (half, 2))
+        a, b = pairs[..., 0], pairs[..., 1]
+        out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+    return out.to(x.dtype)
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """``(x_1, x_2) -> (-x_2, x_1)`` on the two halves of the last dimension.
+
+    The 90-degree rotation of every half-layout pair, written as one permutation with
+    signs, so that RoPE becomes ``x * cos + rotate_half(x) * sin`` with full-width
+    tables (the form of GPT-NeoX and Hugging Face Llama).
+
+    Shapes::
+
+        x: [..., dim]    returns: [..., dim]
+
+    Raises:
+        ValueError: the last dimension is odd.
+    """
+    if x.shape[-1] % 2 != 0:
+        raise ValueError(f"x's last dimension must be even, got {x.shape[-1]}")
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def apply_rope_rotate_half(x: Tensor, cos_full: Tensor, sin_full: Tensor) -> Tensor:
+    """RoPE in the half layout as ``x * cos_full + rotate_half(x) * sin_full``.
+
+    ``cos_full`` must repeat the half-width table as ``cat((cos, cos), -1)``, so that
+    features ``i`` and ``i + dim/2`` see the same angle. Any other full-width table
+    (``cos.repeat_interleave(2, -1)``, say) is accepted and computed as given; it is
+    then no rotation (chapter 9 shows what goes wrong).
+
+    Shapes::
+
+        x:                  [..., L, dim]
+        cos_full, sin_full: [..., L, dim], broadcastable against x
+        returns:            [..., L, dim]
+
+    Raises:
+        ValueError: the last dimension is odd or the tables' last dimension differs.
+    """
+    if cos_full.shape[-1] != x.shape[-1] or sin_full.shape[-1] != x.shape[-1]:
+        raise ValueError(
+            f"cos_full/sin_full must have last dimension {x.shape[-1]}, "
+            f"got {cos_full.shape[-1]} and {sin_full.shape[-1]}"
+        )
+    return x * cos_full + rotate_half(x) * sin_full
+
+
+def _pairs(dim: int, layout: str) -> tuple[Tensor, Tensor]:
+    """Indices of the first and second feature of every pair."""
+    half = dim // 2
+    if layout == "half":
+        return torch.arange(half), torch.arange(half) + half
+    return torch.arange(0, dim, 2), torch.arange(1, dim, 2)
+
+
+def rope_rotation_matrix(
+    positions: Tensor, inv_freq: Tensor, layout: str = "interleaved"
+) -> Tensor:
+    """The ``dim x dim`` rotation matrix ``R^d_{Θ,m}`` of RoFormer §3.2.2, per position.
+
+    Block-diagonal with 2x2 rotations ``[[cos mθ_i, -sin mθ_i], [sin mθ_i, cos mθ_i]]``
+    on pairs ``(2i, 2i+1)`` (``"interleaved"``, the paper's form) or ``(i, i + dim/2)``
+    (``"half"``: the same matrix with rows and columns permuted). Multiplying by it
+    costs ``O(dim²)`` per token against ``O(dim)`` for :func:`apply_rope`: use it to
+    teach and to check, not to compute.
+
+    Shapes::
+
+        positions: [..., L]
+        inv_freq:  [dim // 2]
+        returns:   [..., L, dim, dim] (float32, or float64 for float64 inv_freq)
+
+    Raises:
+        ValueError: ``layout`` is unknown; see :func:`rope_cos_sin` for the rest.
+    """
+    _check_layout(layout)
+    cos, sin = rope_cos_sin(positions, inv_freq)
+    dim = 2 * inv_freq.shape[0]
+    first, second = _pairs(dim, layout)
+    matrix = cos.new_zeros((*cos.shape[:-1], dim, dim))
+    matrix[..., first, first] = cos
+    matrix[..., first, second] = -sin
+    matrix[..., second, first] = sin
+    matrix[..., second, second] = cos
+    return matrix
+
+
+def apply_rope_matrix(
+    x: Tensor, positions: Tensor, inv_freq: Tensor, layout: str = "interleaved"
+) -> Tensor:
+    """RoPE as a matrix product ``R^d_{Θ,m} x_m`` (RoFormer §3.2.2), ``O(dim²)`` per token.
+
+    Shapes::
+
+        x:         [..., L, dim]
+        positions: [L]
+        inv_freq:  [dim // 2]
+        returns:   [..., L, dim], in the matrix's dtype (float32 or float64)
+
+    Raises:
+        ValueError: ``dim`` differs from ``2 * len(inv_freq)`` or ``layout`` is unknown.
+    """
+    if x.shape[-1] != 2 * inv_freq.shape[0]:
+        raise ValueError(
+            f"x's last dimension {x.shape[-1]} must be 2 * len(inv_freq) = {2 * inv_freq.shape[0]}"
+        )
+    matrix = rope_rotation_matrix(positions, inv_freq, layout)
+    return torch.einsum("lij,...lj->...li", matrix, x.to(matrix.dtype))
+
+
+def apply_rope_complex(
+    x: Tensor, positions: Tensor, inv_freq: Tensor, layout: str = "interleaved"
+) -> Tensor:
+    """RoPE as complex multiplication ``z_i · e^{i m θ_i}`` (RoFormer §3.2.1).
+
+    Each pair ``(a, b)`` is read as ``z = a + ib`` and multiplied by the unit complex
+    number ``e^{imθ}`` (the form of Meta's Llama code). Computed in complex64, or
+    complex128 when ``x`` or ``inv_freq`` is float64.
+
+    Shapes::
+
+        x:         [..., L, dim]
+        positions: [..., L]
+        inv_freq:  [dim // 2]
+        returns:   [..., L, dim], float32 or float64
+
+    Raises:
+        ValueError: ``dim`` differs from ``2 * len(inv_freq)`` or ``layout`` is unknown.
+    """
+    _check_layout(layout)
+    if x.shape[-1] != 2 * inv_freq.shape[0]:
+        raise ValueError(
+            f"x's last dimension {x.shape[-1]} must be 2 * len(inv_freq) = {2 * inv_freq.shape[0]}"
+        )
+    real = _table_dtype(x.dtype, inv_freq.dtype)
+    cos, sin = rope_cos_sin(positions, inv_freq.to(real))
+    rotor = torch.complex(cos, sin)  # e^{i m θ}
+    half = x.shape[-1] // 2
+    if layout == "interleaved":
+        z = torch.view_as_complex(x.to(real).unflatten(-1, (half, 2)).contiguous())
+        return torch.view_as_real(z * rotor).flatten(-2)
+    z = torch.complex(x[..., :half].to(real), x[..., half:].to(real))
+    turned = z * rotor
+    return torch.cat((turned.real, turned.imag), dim=-1)
+
+
+def apply_partial_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Tensor:
+    """Rotate the first ``2 * cos.shape[-1]`` features of ``x`` and pass the rest through.
+
+    Partial rotary embedding as in GPT-NeoX (``rotary_pct``, half layout) and GPT-J
+    (``rotary_dim``, interleaved layout): the tables are built for ``rotary_dim``
+    features, and the remaining ``dim - rotary_dim`` features carry no position.
+
+    Shapes::
+
+        x:        [..., L, dim]
+        cos, sin: [..., L, rotary_dim // 2] with rotary_dim <= dim
+        returns:  [..., L, dim]
+
+    Raises:
+        ValueError: ``rotary_dim`` exceeds ``dim``; see :func:`apply_rope` for the rest.
+    """
+    rotary_dim = 2 * cos.shape[-1]
+    if rotary_dim > x.shape[-1]:
+        raise ValueError(f"the tables rotate {rotary_dim} features but x has only {x.shape[-1]}")
+    rotated = apply_rope(x[..., :rotary_dim], cos, sin, layout)
+    return torch.cat((rotated, x[..., rotary_dim:]), dim=-1)
+
+
+def layout_permutation(dim: int) -> Tensor:
+    """The feature permutation that turns the half layout into the interleaved one.
+
+    ``perm[2i] = i`` and ``perm[2i + 1] = i + dim/2``, so that for every position
+    ``apply_rope(x[..., perm], layout="interleaved") ==
+    apply_rope(x, layout="half")[..., perm]``. Its inverse ``argsort(perm)`` goes back.
+
+    Shapes::
+
+        returns: [dim](int64)
+
+    Raises:
+        TypeError, ValueError: ``dim`` is not a positive even int.
+    """
+    _check_dim("dim", dim)
+    half = dim // 2
+    return torch.stack((torch.arange(half), torch.arange(half) + half), dim=-1).flatten()
+
+
+def convert_qk_weight_layout(weight: Tensor, num_heads: int, source: str, target: str) -> Tensor:
+    """Reorder the output rows of a query or key projection from one RoPE layout to the other.
+
+    A checkpoint trained with interleaved RoPE (Meta's Llama) gives the same attention
+    scores under half-layout RoPE (Hugging Face's port) once the rows of ``W_q`` and
+    ``W_k`` of every head are permuted with :func:`layout_permutation`; ``W_v`` and
+    ``W_o`` stay as they are, because the permutation cancels in ``q·k``.
+
+    Shapes::
+
+        weight:  [num_heads * head_dim, in_features] (a bias [num_heads * head_dim] too)
+        returns: same shape
+
+    Raises:
+        ValueError: a layout is unknown, or the rows do not split into ``num_heads``
+            heads of even size.
+    """
+    _check_layout(source)
+    _check_layout(target)
+    if num_heads <= 0 or weight.shape[0] % num_heads != 0:
+        raise ValueError(
+            f"weight's {weight.shape[0]} rows do not split into num_heads={num_heads} heads"
+        )
+    head_dim = weight.shape[0] // num_heads
+    if head_dim % 2 != 0:
+        raise ValueError(f"head_dim={head_dim} must be even for RoPE")
+    if source == target:
+        return weight.clone()
+    perm = layout_permutation(head_dim)
+    if source == "interleaved":  # interleaved slot 2i holds half slot i: undo it
+        perm = torch.argsort(perm)
+    heads = weight.reshape(num_heads, head_dim, *weight.shape[1:])
+    return heads[:, perm.to(weight.device)].reshape(weight.shape)
+
+
+class RotaryEmbedding(PositionScheme):
+    """RoPE as a position scheme: rotates queries and keys (never values) by their positions.
+
+    Caches cos/sin tables for positions ``0 .. N-1`` (float32, or float64 with
+    ``dtype=torch.float64``) and grows them, doubling, when a larger position
+    arrives. The tables stay in that dtype even after ``module.to(torch.bfloat16)``:
+    they are rebuilt, and the rotation runs in float32 before rounding to the input's
+    dtype (chapter 9 shows why). Positions come from
+    :class:`~pecode.attention.MultiHeadAttention` as ``[L]`` or ``[B, L]``: offsets
+    for a KV cache and per-row positions for left padding need nothing else.
+
+    Args:
+        head_dim: the per-head dimension of q and k.
+        base: the frequency base (10000 in RoFormer).
+        layout: ``"half"`` or ``"interleaved"`` (see :func:`apply_rope`).
+        rotary_dim: rotate only the first ``rotary_dim`` features (default all).
+        initial_positions: table length to build up front.
+        dtype: float32 or float64 tables.
+
+    Raises:
+        TypeError, ValueError: ``head_dim``/``rotary_dim`` not positive and even,
+            ``rotary_dim > head_dim``, an unknown layout, ``base <= 1``, or a
+            ``dtype`` other than float32/float64.
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        *,
+        base: float = 10000.0,
+        layout: str = "half",
+        rotary_dim: int | None = None,
+        initial_positions: int = 0,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        _check_dim("head_dim", head_dim)
+        rotary_dim = head_dim if rotary_dim is None else rotary_dim
+        _check_dim("rotary_dim", rotary_dim)
+        if rotary_dim > head_dim:
+            raise ValueError(f"rotary_dim={rotary_dim} exceeds head_dim={head_dim}")
+        _check_layout(layout)
+        self.head_dim, self.rotary_dim, self.layout = head_dim, rotary_dim, layout
+        if dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        self.base, self.table_dtype = float(base), dtype
+        rope_inv_freq(rotary_dim, base)  # validates base
+        # The tables are buffers so that .to(device) moves them. .to(torch.bfloat16)
+        # would round them too, so cos_sin rebuilds them whenever their dtype changed.
+        empty = torch.empty(0, rotary_dim // 2, dtype=dtype)
+        self.register_buffer("cos_cached", empty, persistent=False)
+        self.register_buffer("sin_cached", empty.clone(), persistent=False)
+        if initial_positions > 0:
+            self._build(initial_positions)
+
+    @property
+    def cached_positions(self) -> int:
+        """How many positions the cached tables cover."""
+        return self.cos_cached.shape[0]
+
+    def _build(self, size: int) -> None:
+        # Angles in float64 on the CPU (a one-off cost; not every accelerator has
+        # float64), stored in table_dtype: float32 angles would be off by ~m * 6e-8.
+        inv_freq = rope_inv_freq(self.rotary_dim, self.base, dtype=torch.float64)
+        cos, sin = rope_cos_sin(torch.arange(size), inv_freq)
+        device = self.cos_cached.device
+        self.cos_cached = cos.to(device=device, dtype=self.table_dtype)
+        self.sin_cached = sin.to(device=device, dtype=self.table_dtype)
+
+    def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """Look up the tables for integer ``positions`` ([..., L] -> [..., L, rotary_dim/2]).
+
+        Raises:
+            TypeError: ``positions`` is not an integer tensor.
+            ValueError: a position is negative.
+        """
+        if positions.is_floating_point() or positions.dtype == torch.bool:
+            raise TypeError(f"positions must be an integer tensor, got {positions.dtype}")
+        if positions.numel() and int(positions.min()) < 0:
+            raise ValueError("positions must be non-negative")
+        needed = int(positions.max()) + 1 if positions.numel() else 0
+        if self.cos_cached.dtype != self.table_dtype:  # cast by Module.to(dtype)
+            self._build(max(needed, self.cached_positions))
+        elif needed > self.cached_positions:
+            self._build(max(needed, 2 * self.cached_positions))  # doubling
+        index = positions.to(self.cos_cached.device)
+        return self.cos_cached[index], self.sin_cached[index]
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Rotate ``x [B, H, L, head_dim]`` by ``positions [L]`` or ``[B, L]``."""
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(
+                f"x's last dimension must be head_dim={self.head_dim}, got {x.shape[-1]}"
+            )
+        cos, sin = self.cos_sin(positions)
+        if cos.dim() == 3:  # [B, L, r] -> [B, 1, L, r], shared by the heads
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        cos, sin = cos.to(x.device), sin.to(x.device)
+        return apply_partial_rope(x, cos, sin, self.layout)
+
+    def transform_qk(
+        self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Rotate ``q`` by ``q_positions`` and ``k`` by ``k_positions``."""
+        return self.rotate(q, q_positions), self.rotate(k, k_positions)
