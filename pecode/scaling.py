@@ -37,6 +37,7 @@ __all__ = [
     "PUBLISHED_CONFIGS",
     "SCALING_KINDS",
     "rope_frequencies",
+    "unseen_angle_pairs",
     "yarn_attention_factor",
     "yarn_correction_range",
     "yarn_get_mscale",
@@ -345,3 +346,35 @@ PUBLISHED_CONFIGS: dict[str, dict[str, Any]] = {
 the Hugging Face Hub; ``qwen3_yarn``: the block the Qwen3 model cards tell users to add
 for 131072 tokens, with Qwen3's ``rope_theta``.
 """
+
+
+def unseen_angle_pairs(
+    trained_inv_freq: Tensor, inv_freq: Tensor, original_length: int, length: int
+) -> Tensor:
+    """Which pairs reach rotation angles that training never produced.
+
+    Training on positions ``0 .. L0`` shows pair ``i`` every angle in ``[0, L0 θ_i]``;
+    when ``L0 θ_i >= 2π`` that is the whole circle and nothing is new. Otherwise a
+    context of ``length`` positions with frequencies ``θ'_i`` is out of distribution
+    for pair ``i`` when ``length · θ'_i > L0 · θ_i`` (beyond a relative 1e-9, so that
+    an exact interpolation counts as seen).
+
+    Shapes::
+
+        trained_inv_freq, inv_freq: [dim // 2]
+        returns:                    [dim // 2] (bool)
+
+    Raises:
+        ValueError: the frequency tensors differ in shape, or a length is not positive.
+    """
+    if trained_inv_freq.shape != inv_freq.shape:
+        raise ValueError(
+            f"trained_inv_freq and inv_freq must have the same shape, got "
+            f"{tuple(trained_inv_freq.shape)} and {tuple(inv_freq.shape)}"
+        )
+    _positive_int("original_length", original_length)
+    _positive_int("length", length)
+    trained = trained_inv_freq.to(torch.float64)
+    seen = original_length * trained
+    reach = length * inv_freq.to(torch.float64)
+    return (seen < 2 * math.pi) & (reach > seen * (1 + 1e-9))

@@ -24,6 +24,7 @@ from pecode.scaling import (
     PUBLISHED_CONFIGS,
     SCALING_KINDS,
     rope_frequencies,
+    unseen_angle_pairs,
     yarn_attention_factor,
     yarn_correction_range,
     yarn_get_mscale,
@@ -277,3 +278,16 @@ def test_ntk_needs_four_dims_and_types_are_checked():
         rope_frequencies("default", 8, dtype=torch.float16)
     with pytest.raises(ValueError, match="dim must be a positive even"):
         rope_frequencies("default", 7)
+
+
+def test_unseen_angle_pairs_by_hand():
+    trained = torch.tensor([1.0, 0.01, 0.001], dtype=F64)
+    # L0 = 100: pair 0 turned 100 rad (> 2π, all seen); pair 1 reached 1 rad; pair 2, 0.1
+    assert unseen_angle_pairs(trained, trained, 100, 400).tolist() == [False, True, True]
+    assert unseen_angle_pairs(trained, trained / 4, 100, 400).tolist() == [False, False, False]
+    halfway = torch.tensor([1.0, 0.01 / 4, 0.001 / 2], dtype=F64)
+    assert unseen_angle_pairs(trained, halfway, 100, 400).tolist() == [False, False, True]
+    with pytest.raises(ValueError, match="same shape"):
+        unseen_angle_pairs(trained, trained[:2], 100, 400)
+    with pytest.raises(ValueError, match="length must be positive"):
+        unseen_angle_pairs(trained, trained, 100, 0)
