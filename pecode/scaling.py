@@ -6,7 +6,7 @@ completed a turn in training, so at positions past ``L0`` they rotate to angles 
 model never saw. Every method here changes the frequencies (and some the logit scale)
 so that a longer context maps back into, or close to, the trained range:
 
-* ``"default"``: ``θ_i = base^(-2i/d)`` (RoFormer), via :func:`pecode.rope.rope_inv_freq`;
+* ``"default"``: ``θ_i = base^(-2i/d)`` (RoFormer), via ``pecode.rope.rope_inv_freq``;
 * ``"linear"``: position interpolation, ``θ_i / s`` (Chen et al. 2023);
 * ``"ntk"``: NTK-aware, base ``b · s^(d/(d-2))`` (bloc97, described by Peng et al. 2023);
 * ``"dynamic"``: dynamic NTK, the NTK base with ``s`` grown from the current length;
@@ -36,6 +36,7 @@ from pecode.rope import rope_inv_freq
 __all__ = [
     "PUBLISHED_CONFIGS",
     "SCALING_KINDS",
+    "ScalingKind",
     "rope_frequencies",
     "unseen_angle_pairs",
     "yarn_attention_factor",
@@ -225,41 +226,43 @@ def _base_change(dim: int, base: float, params: dict[str, Any]) -> tuple[Tensor,
 
 
 @dataclass(frozen=True)
-class _Kind:
+class ScalingKind:
+    """One entry of :data:`SCALING_KINDS`: the rule and the parameters it takes."""
+
     rule: Callable[[int, float, dict[str, Any]], tuple[Tensor, float]]
     required: tuple[str, ...] = ()
     optional: tuple[str, ...] = ()
     reference: str = ""
 
 
-SCALING_KINDS: dict[str, _Kind] = {
-    "default": _Kind(_default, reference="Su et al. 2024 (RoFormer)"),
-    "linear": _Kind(_linear, ("factor",), reference="Chen et al. 2023 (PI)"),
-    "ntk": _Kind(_ntk, ("factor",), reference="bloc97 (2023), described in Peng et al. 2023"),
-    "dynamic": _Kind(
+SCALING_KINDS: dict[str, ScalingKind] = {
+    "default": ScalingKind(_default, reference="Su et al. 2024 (RoFormer)"),
+    "linear": ScalingKind(_linear, ("factor",), reference="Chen et al. 2023 (PI)"),
+    "ntk": ScalingKind(_ntk, ("factor",), reference="bloc97 (2023), described in Peng et al. 2023"),
+    "dynamic": ScalingKind(
         _dynamic,
         ("factor", "original_max_position_embeddings"),
         ("seq_len",),
         "Peng et al. 2023 (YaRN); Hugging Face transformers",
     ),
-    "yarn": _Kind(
+    "yarn": ScalingKind(
         _yarn,
         ("factor", "original_max_position_embeddings"),
         ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor"),
         "Peng et al. 2023 (YaRN)",
     ),
-    "llama3": _Kind(
+    "llama3": ScalingKind(
         _llama3,
         ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
         reference="Llama 3.1 reference code (Dubey et al. 2024)",
     ),
-    "base_change": _Kind(
+    "base_change": ScalingKind(
         _base_change,
         ("rope_theta",),
         reference="Xiong et al. 2023 (LLaMA 2 Long); Rozière et al. 2023 (Code Llama)",
     ),
 }
-"""The registry: kind name -> rule, required and optional parameters, reference."""
+"""Every kind by name, with its rule, its required and optional parameters and its reference."""
 
 
 def rope_frequencies(

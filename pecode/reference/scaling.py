@@ -1,7 +1,7 @@
 """Float64 loop references for the long-context RoPE rules of :mod:`pecode.scaling`.
 
 Each function is written from the paper's or the model card's definition, one pair
-at a time with :mod:`math`, and shares no code with :mod:`pecode.scaling`. The YaRN
+at a time with ``math``, and shares no code with :mod:`pecode.scaling`. The YaRN
 boundaries are found by scanning the pairs' turn counts ``r_i``, not by the closed
 form that :func:`pecode.scaling.yarn_correction_range` uses.
 """
