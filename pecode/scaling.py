@@ -344,7 +344,8 @@ PUBLISHED_CONFIGS: dict[str, dict[str, Any]] = {
 }
 """Published settings, as ``rope_frequencies`` arguments (``dim`` left out).
 
-``llama2_long``: Xiong et al. 2023; ``code_llama``: Rozière et al. 2023;
+``llama2_long``: Xiong et al. 2023 (the base 500000 as widely reported; chapter 10 says
+what could be checked); ``code_llama``: Rozière et al. 2023;
 ``llama3.1``: the ``rope_scaling`` block and ``rope_theta`` of the Llama 3.1 configs on
 the Hugging Face Hub; ``qwen3_yarn``: the block the Qwen3 model cards tell users to add
 for 131072 tokens, with Qwen3's ``rope_theta``.
