@@ -444,11 +444,17 @@ class RotaryEmbedding(PositionScheme):
         rotary_dim: rotate only the first ``rotary_dim`` features (default all).
         initial_positions: table length to build up front.
         dtype: float32 or float64 tables.
+        scaling: a long-context kind of :func:`pecode.scaling.rope_frequencies`
+            (``"linear"``, ``"yarn"``, ...); its attention factor multiplies the cos
+            and sin tables. ``"dynamic"`` rebuilds the tables whenever the largest
+            position requested changes the length past ``original_max_position_embeddings``.
+        scaling_params: that kind's parameters (``factor``, ...).
 
     Raises:
         TypeError, ValueError: ``head_dim``/``rotary_dim`` not positive and even,
-            ``rotary_dim > head_dim``, an unknown layout, ``base <= 1``, or a
-            ``dtype`` other than float32/float64.
+            ``rotary_dim > head_dim``, an unknown layout, ``base <= 1``, a
+            ``dtype`` other than float32/float64, or a scaling kind or parameter that
+            :func:`pecode.scaling.rope_frequencies` rejects.
     """
 
     def __init__(
@@ -460,6 +466,8 @@ class RotaryEmbedding(PositionScheme):
         rotary_dim: int | None = None,
         initial_positions: int = 0,
         dtype: torch.dtype = torch.float32,
+        scaling: str | None = None,
+        scaling_params: dict | None = None,
     ) -> None:
         super().__init__()
         _check_dim("head_dim", head_dim)
@@ -473,6 +481,12 @@ class RotaryEmbedding(PositionScheme):
             raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         self.base, self.table_dtype = float(base), dtype
         rope_inv_freq(rotary_dim, base)  # validates base
+        self.scaling, self.scaling_params = scaling, dict(scaling_params or {})
+        self._seq_len = 0  # the length "dynamic" frequencies were built for
+        if scaling is not None:
+            self._frequencies(0)  # validates the kind and its parameters
+        elif self.scaling_params:
+            raise ValueError("scaling_params given without a scaling kind")
         # The tables are buffers so that .to(device) moves them. .to(torch.bfloat16)
         # would round them too, so cos_sin rebuilds them whenever their dtype changed.
         empty = torch.empty(0, rotary_dim // 2, dtype=dtype)
@@ -486,11 +500,24 @@ class RotaryEmbedding(PositionScheme):
         """How many positions the cached tables cover."""
         return self.cos_cached.shape[0]
 
+    def _frequencies(self, seq_len: int) -> tuple[Tensor, float]:
+        if self.scaling is None:
+            return rope_inv_freq(self.rotary_dim, self.base, dtype=torch.float64), 1.0
+        from pecode.scaling import rope_frequencies  # pecode.scaling imports this module
+
+        params = dict(self.scaling_params)
+        if self.scaling == "dynamic":
+            params["seq_len"] = max(seq_len, 1)
+        return rope_frequencies(
+            self.scaling, self.rotary_dim, self.base, dtype=torch.float64, **params
+        )
+
     def _build(self, size: int) -> None:
         # Angles in float64 on the CPU (a one-off cost; not every accelerator has
         # float64), stored in table_dtype: float32 angles would be off by ~m * 6e-8.
-        inv_freq = rope_inv_freq(self.rotary_dim, self.base, dtype=torch.float64)
+        inv_freq, attention_factor = self._frequencies(self._seq_len)
         cos, sin = rope_cos_sin(torch.arange(size), inv_freq)
+        cos, sin = cos * attention_factor, sin * attention_factor
         device = self.cos_cached.device
         self.cos_cached = cos.to(device=device, dtype=self.table_dtype)
         self.sin_cached = sin.to(device=device, dtype=self.table_dtype)
@@ -507,7 +534,11 @@ class RotaryEmbedding(PositionScheme):
         if positions.numel() and int(positions.min()) < 0:
             raise ValueError("positions must be non-negative")
         needed = int(positions.max()) + 1 if positions.numel() else 0
-        if self.cos_cached.dtype != self.table_dtype:  # cast by Module.to(dtype)
+        length = max(needed, self.scaling_params.get("original_max_position_embeddings", 0))
+        if self.scaling == "dynamic" and length != self._seq_len:
+            self._seq_len = length  # past the trained length the frequencies change
+            self._build(max(needed, self.cached_positions))
+        elif self.cos_cached.dtype != self.table_dtype:  # cast by Module.to(dtype)
             self._build(max(needed, self.cached_positions))
         elif needed > self.cached_positions:
             self._build(max(needed, 2 * self.cached_positions))  # doubling
