@@ -8,9 +8,22 @@ Modules
 utils
     The device, seeding, and showing pecode's own source in a notebook.
 attention
-    Multi-head attention whose position scheme is a constructor argument.
+    Multi-head attention whose position scheme is a constructor argument; KV cache.
+absolute
+    Sinusoidal and learned absolute position tables (chapters 2-3).
+relative
+    Shaw et al., Transformer-XL/XLNet, T5 and DeBERTa (chapters 4-5).
+alibi
+    ALiBi slopes, biases and the attention scheme (chapter 6).
+complex_plane
+    Partial sums of the exponential series (chapter 7).
+rope
+    Rotary position embedding: tables, both layouts, RotaryEmbedding (chapters 8-9).
+scaling
+    Long-context RoPE frequencies: linear, NTK-aware, dynamic, YaRN, Llama 3.1 (chapter 10).
 proofs
-    sympy derivations that return a residual (zero when the identity holds).
+    sympy derivations that return a residual (zero when the identity holds), one
+    submodule per chapter.
 reference
     Slow float64 loops that tests and notebooks check the fast code against.
 """
