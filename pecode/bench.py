@@ -107,6 +107,17 @@ def median_time(fn: Callable[[], Any], *, min_run_time: float = 0.2, num_threads
     return timer.blocked_autorange(min_run_time=min_run_time).median
 
 
+def _time_and_memory(
+    candidates: dict[str, Callable[[], Any]], min_run_time: float, num_threads: int
+) -> tuple[dict[str, float], dict[str, int]]:
+    """Median time and peak tensor memory of each candidate, all in one run."""
+    times = {
+        name: median_time(fn, min_run_time=min_run_time, num_threads=num_threads)
+        for name, fn in candidates.items()
+    }
+    return times, {name: peak_tensor_memory(fn) for name, fn in candidates.items()}
+
+
 def _randn(*shape: int, device: torch.device, dtype: torch.dtype = torch.float32) -> Tensor:
     return torch.randn(*shape).to(device=device, dtype=dtype)  # made on the CPU
 
@@ -114,7 +125,7 @@ def _randn(*shape: int, device: torch.device, dtype: torch.dtype = torch.float32
 def bench_rope(
     shape: Sequence[int] = (1, 32, 2048, 128),
     *,
-    layout: str = "half",
+    layouts: Sequence[str] = ("half", "interleaved"),
     dtype: torch.dtype = torch.float32,
     device: torch.device | str = "cpu",
     min_run_time: float = 0.2,
@@ -122,13 +133,15 @@ def bench_rope(
 ) -> list[Measurement]:
     """Time :func:`~pecode.rope.apply_rope` on a query and a key against a copy and the textbook.
 
-    Three candidates do the same work, on ``q`` and ``k`` of ``shape``
-    ``[B, H, L, Dh]``: ``clone`` (copy both tensors: read and write every byte once,
-    the bandwidth bound), ``apply_rope`` (both tensors), and the textbook
+    The candidates do the same work, on ``q`` and ``k`` of ``shape``
+    ``[B, H, L, Dh]``, all in one run: ``clone`` (copy both tensors into new ones: read
+    and write every byte once, the bandwidth bound of an out-of-place operation),
+    ``copy_`` (the same copy into tensors allocated beforehand: no allocation, no first
+    touch of fresh pages), ``apply_rope`` in each of ``layouts``, and the textbook
     ``x * cos + rotate_half(x) * sin`` with full-width tables
-    (:func:`~pecode.rope.apply_rope_rotate_half`, half layout, the same arithmetic).
-    ``max_error`` compares ``apply_rope`` with the differentiable path of the same
-    function (the version chapters 8 and 9 test against float64), on the same input.
+    (:func:`~pecode.rope.apply_rope_rotate_half`, the same arithmetic). ``max_error``
+    compares ``apply_rope`` with the differentiable path of the same function (the
+    version chapters 8 and 9 test against float64), on the same input.
 
     Raises:
         ValueError: ``shape`` is not 4-D with an even last dimension.
@@ -140,44 +153,43 @@ def bench_rope(
     q, k = _randn(*shape, device=device, dtype=dtype), _randn(*shape, device=device, dtype=dtype)
     cos, sin = rope_cos_sin(torch.arange(length, device=device), rope_inv_freq(head_dim))
     cos_full, sin_full = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
-    candidates = {
-        "clone": lambda: (q.clone(), k.clone()),
-        "textbook": lambda: (
-            apply_rope_rotate_half(q, cos_full, sin_full).to(dtype),
-            apply_rope_rotate_half(k, cos_full, sin_full).to(dtype),
-        ),
-        "apply_rope": lambda: (
+    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+    candidates: dict[str, Callable[[], Any]] = {
+        "rope: clone": lambda: (q.clone(), k.clone()),
+        "rope: copy_": lambda: (q_out.copy_(q), k_out.copy_(k)),
+    }
+    for layout in layouts:
+        candidates[f"rope {layout}: apply_rope"] = lambda layout=layout: (
             apply_rope(q, cos, sin, layout),
             apply_rope(k, cos, sin, layout),
-        ),
-    }
-    with torch.no_grad():
-        times = {
-            name: median_time(fn, min_run_time=min_run_time, num_threads=num_threads)
-            for name, fn in candidates.items()
-        }
-        peaks = {name: peak_tensor_memory(fn) for name, fn in candidates.items()}
-        fast = apply_rope(q, cos, sin, layout)
-    with torch.enable_grad():  # the autograd path, on the same input
-        reference = apply_rope(q.clone().requires_grad_(), cos, sin, layout).detach()
-    error = float((fast.float() - reference.float()).abs().max())
-    size = f"{list(shape)} q,k {str(dtype).removeprefix('torch.')}"
-    rows = []
-    for name in ("clone", "apply_rope", "textbook"):
-        label = f"rope {layout}: {name}" if name == "apply_rope" else f"rope: {name}"
-        rows.append(
-            Measurement(
-                label,
-                size,
-                times[name],
-                "clone",
-                times[name] / times["clone"],
-                times[name] / times["textbook"],
-                peaks[name],
-                error if name == "apply_rope" else math.nan,
-            )
         )
-    return rows
+    candidates["rope: textbook"] = lambda: (
+        apply_rope_rotate_half(q, cos_full, sin_full).to(dtype),
+        apply_rope_rotate_half(k, cos_full, sin_full).to(dtype),
+    )
+    with torch.no_grad():
+        times, peaks = _time_and_memory(candidates, min_run_time, num_threads)
+    errors = {}
+    for layout in layouts:
+        with torch.no_grad():
+            fast = apply_rope(q, cos, sin, layout)
+        with torch.enable_grad():  # the autograd path, on the same input
+            reference = apply_rope(q.clone().requires_grad_(), cos, sin, layout).detach()
+        errors[f"rope {layout}: apply_rope"] = float((fast.float() - reference.float()).abs().max())
+    size = f"{list(shape)} q,k {str(dtype).removeprefix('torch.')}"
+    return [
+        Measurement(
+            name,
+            size,
+            times[name],
+            "clone",
+            times[name] / times["rope: clone"],
+            times[name] / times["rope: textbook"],
+            peaks[name],
+            errors.get(name, math.nan),
+        )
+        for name in candidates
+    ]
 
 
 def bench_shaw(
@@ -220,11 +232,7 @@ def bench_shaw(
         "gather": run(shaw_key_logits, shaw_value_term),
     }
     with torch.no_grad():
-        times = {
-            name: median_time(fn, min_run_time=min_run_time, num_threads=num_threads)
-            for name, fn in candidates.items()
-        }
-        peaks = {name: peak_tensor_memory(fn) for name, fn in candidates.items()}
+        times, peaks = _time_and_memory(candidates, min_run_time, num_threads)
         outs = [fn() for fn in candidates.values()]
     error = max(float((a - b).abs().max()) for a, b in zip(*outs, strict=True))
     size = f"L={length} H={heads} Dh={head_dim} k={max_distance}"
@@ -300,11 +308,7 @@ def bench_bias_attention(
             ),
         }
         with torch.no_grad():
-            times = {
-                n: median_time(fn, min_run_time=min_run_time, num_threads=num_threads)
-                for n, fn in candidates.items()
-            }
-            peaks = {n: peak_tensor_memory(fn) for n, fn in candidates.items()}
+            times, peaks = _time_and_memory(candidates, min_run_time, num_threads)
             outs = [fn() for fn in candidates.values()]
         error = float((outs[0] - outs[1]).abs().max())
         for n in candidates:
@@ -453,12 +457,9 @@ def main(argv: Sequence[str] | None = None) -> list[Measurement]:
     print(f"torch {torch.__version__}, device {device}, threads {args.threads}")
     rows: list[Measurement] = []
     for shape in rope_shapes:
-        for layout in ("half", "interleaved"):
-            got = bench_rope(shape, layout=layout, **opts)
-            rows.extend(got if layout == "half" else got[1:2])
+        rows.extend(bench_rope(shape, **opts))
         if device.type == "cpu":
-            got = bench_rope(shape, layout="half", dtype=torch.bfloat16, **opts)
-            rows.extend(got[:2])
+            rows.extend(bench_rope(shape, layouts=("half",), dtype=torch.bfloat16, **opts)[:3])
     rows.extend(r for n in shaw_lengths for r in bench_shaw(n, **opts))
     rows.extend(r for n in attention_lengths for r in bench_bias_attention(n, **opts))
     print(format_table(rows))

@@ -182,7 +182,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Ten
     result has ``x``'s dtype.
 
     When no gradient is needed the rotation runs in a few passes over a preallocated
-    output (:func:`_rope_no_grad`; chapter 11 measures it against a copy); otherwise
+    output (``_rope_no_grad``; chapter 11 measures it against a copy); otherwise
     in differentiable element-wise operations.
 
     Shapes::
@@ -228,7 +228,7 @@ def _rope_no_grad(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     apart: one pass multiplies everything by cos, and two more add ``-b sin`` and
     ``a sin`` to the halves in place (interleaved bf16/fp16 tables take this route
     too). On CUDA, with Triton importable, a compiled kernel does either layout in one
-    pass (:func:`_rope_fused`).
+    pass (``_rope_fused``).
     """
     if x.is_cuda and _fused_available():
         try:
