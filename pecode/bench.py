@@ -375,9 +375,8 @@ def encoding_costs(
     minus that of the layer without positions; ``time_ratio`` its median time over
     that layer's, measured in the same run.
 
-    Returns:
-        one dict per (encoding, length): ``encoding, length, parameters, extra_bytes,
-        median_s, time_ratio``.
+    One dict is returned per encoding and length, with the keys ``encoding``,
+    ``length``, ``parameters``, ``extra_bytes``, ``median_s`` and ``time_ratio``.
     """
     device = torch.device(device)
     rows = []

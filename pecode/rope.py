@@ -181,9 +181,9 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Ten
     Llama). The arithmetic runs in the wider of ``x``'s and the tables' dtypes; the
     result has ``x``'s dtype.
 
-    When no gradient is needed the rotation runs in a few passes over a preallocated
-    output (``_rope_no_grad``; chapter 11 measures it against a copy); otherwise
-    in differentiable element-wise operations.
+    When no gradient is needed and the arithmetic is float32 or float64, the rotation
+    runs in a few passes over a preallocated output (``_rope_no_grad``; chapter 11
+    measures it against a copy); otherwise in differentiable element-wise operations.
 
     Shapes::
 
@@ -201,7 +201,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Ten
     half = x.shape[-1] // 2 if isinstance(x, Tensor) else 0
     _check_tables(x, cos, sin, half)
     work = torch.promote_types(x.dtype, cos.dtype)
-    if not _needs_grad(x, cos, sin):
+    if work in (torch.float32, torch.float64) and not _needs_grad(x, cos, sin):
         return _rope_no_grad(x, cos.to(work), sin.to(work), layout).to(x.dtype)
     cos, sin = cos.to(work), sin.to(work)
     if layout == "half":
@@ -226,19 +226,23 @@ def _rope_no_grad(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     Interleaved pairs are adjacent, so the rotation is one complex multiplication:
     one pass that reads ``x`` and writes the output. Half-layout pairs are ``dim/2``
     apart: one pass multiplies everything by cos, and two more add ``-b sin`` and
-    ``a sin`` to the halves in place (interleaved bf16/fp16 tables take this route
-    too). On CUDA, with Triton importable, a compiled kernel does either layout in one
-    pass (``_rope_fused``).
+    ``a sin`` to the halves in place. On CUDA, with Triton importable, a compiled kernel
+    does either layout in one pass (``_rope_fused``).
     """
     if x.is_cuda and _fused_available():
         try:
             return _rope_fused(x, cos, sin, layout)
         except Exception:  # a compiler failure must not cost correctness: go eager
             _FUSED["broken"] = True
-    half, work = x.shape[-1] // 2, cos.dtype  # the tables are in the working dtype
+    return _rope_eager(x, cos, sin, layout)
+
+
+def _rope_eager(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """The eager passes of ``_rope_no_grad``: one for interleaved pairs, three for halves."""
+    half, work = x.shape[-1] // 2, cos.dtype  # float32 or float64 tables: the working dtype
     shape = torch.broadcast_shapes(x.shape, (*cos.shape[:-1], x.shape[-1]))
     out = torch.empty(shape, dtype=work, device=x.device)
-    if layout == "interleaved" and work in (torch.float32, torch.float64):
+    if layout == "interleaved":
         x = x.to(work)
         if x.stride(-1) != 1 or any(s % 2 for s in (*x.stride()[:-1], x.storage_offset())):
             # view_as_complex needs adjacent pairs that start at even offsets
@@ -249,15 +253,10 @@ def _rope_no_grad(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
         return out
     # Full-width cos, so that the first pass runs over contiguous memory (half the
     # time of broadcasting a half-width table over the pair axis, on CPU).
-    if layout == "half":
-        cos_full, split, pair_dim = torch.cat((cos, cos), dim=-1), (2, half), -2
-    else:
-        cos_full, split, pair_dim = cos.repeat_interleave(2, dim=-1), (half, 2), -1
-    torch.mul(x, cos_full, out=out)  # (a cos, b cos) for every pair, in the working dtype
-    x2, out2 = x.unflatten(-1, split), out.unflatten(-1, split)
-    a, b = x2.select(pair_dim, 0), x2.select(pair_dim, 1)
-    out2.select(pair_dim, 0).addcmul_(b, sin, value=-1.0)  # a cos - b sin
-    out2.select(pair_dim, 1).addcmul_(a, sin)  # b cos + a sin
+    torch.mul(x, torch.cat((cos, cos), dim=-1), out=out)  # (a cos, b cos)
+    a, b = x[..., :half], x[..., half:]
+    out[..., :half].addcmul_(b, sin, value=-1.0)  # a cos - b sin
+    out[..., half:].addcmul_(a, sin)  # b cos + a sin
     return out
 
 
