@@ -27,6 +27,7 @@ tables and grows them on demand.
 from __future__ import annotations
 
 import importlib.util
+import math
 from typing import Any
 
 import torch
@@ -238,17 +239,45 @@ def _rope_no_grad(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
 
 
 def _rope_eager(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
-    """The eager passes of ``_rope_no_grad``: one for interleaved pairs, three for halves."""
-    half, work = x.shape[-1] // 2, cos.dtype  # float32 or float64 tables: the working dtype
+    """The eager passes of ``_rope_no_grad``: one for interleaved pairs, three for halves.
+
+    A bf16/fp16 ``x`` is rotated a block of positions at a time in a small float32
+    buffer and rounded once into an output of its own dtype, so that no full-size
+    float32 tensor is allocated.
+    """
+    work = cos.dtype  # float32 or float64 tables: the working dtype
     shape = torch.broadcast_shapes(x.shape, (*cos.shape[:-1], x.shape[-1]))
-    out = torch.empty(shape, dtype=work, device=x.device)
+    if x.dtype == work:
+        return _rotate_into(x, cos, sin, layout, torch.empty(shape, dtype=work, device=x.device))
+    out = torch.empty(shape, dtype=x.dtype, device=x.device)
+    length = shape[-2]
+    rows = max(1, _BLOCK_BYTES // (math.prod(shape[:-2]) * shape[-1] * cos.element_size()))
+    buffer = torch.empty((*shape[:-2], min(rows, length), shape[-1]), dtype=work, device=x.device)
+    for start in range(0, length, rows):
+        block = slice(start, min(start + rows, length))
+        tables = [t[..., block, :] if t.shape[-2] > 1 else t for t in (cos, sin)]
+        rotated = _rotate_into(
+            x[..., block, :], *tables, layout, buffer[..., : block.stop - start, :]
+        )
+        out[..., block, :].copy_(rotated)  # the one rounding to x's dtype
+    return out
+
+
+_BLOCK_BYTES = 2**20  # float32 scratch per block: stays in a core's cache
+
+
+def _rotate_into(x: Tensor, cos: Tensor, sin: Tensor, layout: str, out: Tensor) -> Tensor:
+    """Write the rotation of ``x`` into ``out`` (the tables' dtype, the broadcast shape)."""
+    half = x.shape[-1] // 2
     if layout == "interleaved":
-        x = x.to(work)
-        if x.stride(-1) != 1 or any(s % 2 for s in (*x.stride()[:-1], x.storage_offset())):
-            # view_as_complex needs adjacent pairs that start at even offsets
-            x = x.clone(memory_format=torch.contiguous_format)
+        aligned = x.stride(-1) == 1 and not any(
+            s % 2 for s in (*x.stride()[:-1], x.storage_offset())
+        )
+        if x.dtype != out.dtype or x.shape != out.shape or not aligned:
+            out.copy_(x)  # view_as_complex needs adjacent pairs at even offsets
+            x = out
         pairs = torch.view_as_complex(x.unflatten(-1, (half, 2)))
-        rotor = torch.complex(cos, sin)  # e^{i m θ}, a small table per call
+        rotor = torch.complex(cos, sin)  # e^{i m θ}, a small table
         torch.mul(pairs, rotor, out=torch.view_as_complex(out.unflatten(-1, (half, 2))))
         return out
     # Full-width cos, so that the first pass runs over contiguous memory (half the

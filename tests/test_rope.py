@@ -585,3 +585,30 @@ def test_fused_path_is_off_without_cuda_and_falls_back_when_broken(monkeypatch):
     x = torch.randn(3, 8, dtype=torch.float64)  # a CPU tensor never takes the fused path
     cos, sin = rope_cos_sin(torch.arange(3), rope_inv_freq(8, dtype=torch.float64))
     assert torch.allclose(apply_rope(x, cos, sin), rope_loop(x, torch.arange(3), layout="half"))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("table_shape", [(7, 4), (2, 1, 7, 4), (1, 4)], ids=["LH", "B1LH", "1H"])
+def test_narrow_inputs_rotate_in_float32_blocks_and_round_once(
+    monkeypatch, layout, dtype, table_shape
+):
+    # bf16/fp16 x with float32 tables: blocks of positions in a float32 buffer (forced
+    # to many small blocks here) give exactly the float32 rotation rounded once
+    from pecode import rope
+
+    monkeypatch.setattr(rope, "_BLOCK_BYTES", 3 * 8 * 4)
+    x = torch.randn(2, 3, 7, 8).to(dtype)
+    angles = torch.rand(table_shape) * 50
+    cos, sin = angles.cos(), angles.sin()
+    got = apply_rope(x, cos, sin, layout)
+    want = rope._rotate_into(
+        x.float(), cos, sin, layout, torch.empty(got.shape, dtype=torch.float32)
+    ).to(dtype)
+    assert got.dtype == dtype
+    assert torch.equal(got, want)
+    exact = apply_rope(x.double(), cos.double(), sin.double(), layout)
+    # one rounding to the narrow dtype: within half a unit in the last place (2^-8 or
+    # 2^-11 relative), with float32 arithmetic error far below it
+    rel = 2**-8 if dtype == torch.bfloat16 else 2**-11
+    assert torch.all((got.double() - exact).abs() <= rel * exact.abs() + 1e-6)
