@@ -26,6 +26,10 @@ tables and grows them on demand.
 
 from __future__ import annotations
 
+import importlib.util
+import math
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -178,6 +182,10 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Ten
     Llama). The arithmetic runs in the wider of ``x``'s and the tables' dtypes; the
     result has ``x``'s dtype.
 
+    When no gradient is needed and the arithmetic is float32 or float64, the rotation
+    runs in a few passes over a preallocated output (``_rope_no_grad``; chapter 11
+    measures it against a copy); otherwise in differentiable element-wise operations.
+
     Shapes::
 
         x:        [..., L, dim]
@@ -194,6 +202,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Ten
     half = x.shape[-1] // 2 if isinstance(x, Tensor) else 0
     _check_tables(x, cos, sin, half)
     work = torch.promote_types(x.dtype, cos.dtype)
+    if work in (torch.float32, torch.float64) and not _needs_grad(x, cos, sin):
+        return _rope_no_grad(x, cos.to(work), sin.to(work), layout).to(x.dtype)
     cos, sin = cos.to(work), sin.to(work)
     if layout == "half":
         a, b = x[..., :half].to(work), x[..., half:].to(work)
@@ -203,6 +213,108 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Ten
         a, b = pairs[..., 0], pairs[..., 1]
         out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
     return out.to(x.dtype)
+
+
+def _needs_grad(*tensors: Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _rope_no_grad(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """:func:`apply_rope` in the tables' dtype, in as few passes as eager PyTorch allows.
+
+    RoPE is memory-bound (chapter 11): each element is read once, multiplied by two
+    table entries and written once, so its speed is set by the passes over ``x``.
+    Interleaved pairs are adjacent, so the rotation is one complex multiplication:
+    one pass that reads ``x`` and writes the output. Half-layout pairs are ``dim/2``
+    apart: one pass multiplies everything by cos, and two more add ``-b sin`` and
+    ``a sin`` to the halves in place. On CUDA, with Triton importable, a compiled kernel
+    does either layout in one pass (``_rope_fused``).
+    """
+    if x.is_cuda and _fused_available():
+        try:
+            return _rope_fused(x, cos, sin, layout)
+        except Exception:  # a compiler failure must not cost correctness: go eager
+            _FUSED["broken"] = True
+    return _rope_eager(x, cos, sin, layout)
+
+
+def _rope_eager(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """The eager passes of ``_rope_no_grad``: one for interleaved pairs, three for halves.
+
+    A bf16/fp16 ``x`` is rotated a block of positions at a time in a small float32
+    buffer and rounded once into an output of its own dtype, so that no full-size
+    float32 tensor is allocated.
+    """
+    work = cos.dtype  # float32 or float64 tables: the working dtype
+    shape = torch.broadcast_shapes(x.shape, (*cos.shape[:-1], x.shape[-1]))
+    if x.dtype == work:
+        return _rotate_into(x, cos, sin, layout, torch.empty(shape, dtype=work, device=x.device))
+    out = torch.empty(shape, dtype=x.dtype, device=x.device)
+    length = shape[-2]
+    rows = max(1, _BLOCK_BYTES // (math.prod(shape[:-2]) * shape[-1] * cos.element_size()))
+    buffer = torch.empty((*shape[:-2], min(rows, length), shape[-1]), dtype=work, device=x.device)
+    for start in range(0, length, rows):
+        block = slice(start, min(start + rows, length))
+        tables = [t[..., block, :] if t.shape[-2] > 1 else t for t in (cos, sin)]
+        rotated = _rotate_into(
+            x[..., block, :], *tables, layout, buffer[..., : block.stop - start, :]
+        )
+        out[..., block, :].copy_(rotated)  # the one rounding to x's dtype
+    return out
+
+
+_BLOCK_BYTES = 2**22  # float32 scratch per block: fits the last-level cache, few blocks
+
+
+def _rotate_into(x: Tensor, cos: Tensor, sin: Tensor, layout: str, out: Tensor) -> Tensor:
+    """Write the rotation of ``x`` into ``out`` (the tables' dtype, the broadcast shape)."""
+    half = x.shape[-1] // 2
+    if layout == "interleaved":
+        aligned = x.stride(-1) == 1 and not any(
+            s % 2 for s in (*x.stride()[:-1], x.storage_offset())
+        )
+        if x.dtype != out.dtype or x.shape != out.shape or not aligned:
+            out.copy_(x)  # view_as_complex needs adjacent pairs at even offsets
+            x = out
+        pairs = torch.view_as_complex(x.unflatten(-1, (half, 2)))
+        rotor = torch.complex(cos, sin)  # e^{i m θ}, a small table
+        torch.mul(pairs, rotor, out=torch.view_as_complex(out.unflatten(-1, (half, 2))))
+        return out
+    # Full-width cos, so that the first pass runs over contiguous memory (half the
+    # time of broadcasting a half-width table over the pair axis, on CPU).
+    torch.mul(x, torch.cat((cos, cos), dim=-1), out=out)  # (a cos, b cos)
+    a, b = x[..., :half], x[..., half:]
+    out[..., :half].addcmul_(b, sin, value=-1.0)  # a cos - b sin
+    out[..., half:].addcmul_(a, sin)  # b cos + a sin
+    return out
+
+
+_FUSED: dict[str, Any] = {}
+
+
+def _fused_available() -> bool:
+    """True when a CUDA kernel can be compiled: Triton importable and no earlier failure."""
+    if "available" not in _FUSED:
+        _FUSED["available"] = importlib.util.find_spec("triton") is not None
+    return bool(_FUSED["available"]) and not _FUSED.get("broken", False)
+
+
+def _rope_math(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """The rotation as plain element-wise algebra, for the compiler to fuse into one pass."""
+    half = x.shape[-1] // 2
+    split = (2, half) if layout == "half" else (half, 2)
+    pair_dim = -2 if layout == "half" else -1
+    x2 = x.unflatten(-1, split)
+    a, b = x2.select(pair_dim, 0), x2.select(pair_dim, 1)
+    out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=pair_dim)
+    return out.flatten(-2)
+
+
+def _rope_fused(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """:func:`_rope_math` compiled with ``torch.compile`` (Triton on CUDA), built on first use."""
+    if "fn" not in _FUSED:
+        _FUSED["fn"] = torch.compile(_rope_math, dynamic=True)
+    return _FUSED["fn"](x, cos, sin, layout)
 
 
 def rotate_half(x: Tensor) -> Tensor:

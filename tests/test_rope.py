@@ -449,3 +449,166 @@ def test_rope_left_padding_with_per_row_positions():
         second = layer(other, causal=True)
     assert torch.allclose(out[0, 2:], alone[0], atol=1e-10)
     assert torch.allclose(out[1], second[0], atol=1e-10)
+
+
+# --- the no-grad fast path, the autograd path and the fused CUDA path ------------------
+
+
+def _grad_path(x, cos, sin, layout):
+    """apply_rope through its differentiable path (x requires grad)."""
+    with torch.enable_grad():
+        return apply_rope(x.detach().clone().requires_grad_(), cos, sin, layout).detach()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("table_batch", [(), (1,), (2, 1)], ids=["[L,h]", "[1,L,h]", "[B,1,L,h]"])
+def test_fast_and_grad_paths_match_the_loop_reference(layout, table_batch):
+    x = torch.randn(2, 3, 7, 12, dtype=torch.float64)
+    positions = torch.arange(7) * 13 + 2
+    cos, sin = rope_cos_sin(positions, rope_inv_freq(12, dtype=torch.float64))
+    cos, sin = cos.expand(*table_batch, 7, 6), sin.expand(*table_batch, 7, 6)
+    want = rope_loop(x, positions, layout=layout)
+    with torch.no_grad():
+        fast = apply_rope(x, cos, sin, layout)
+    assert torch.allclose(fast, want, atol=1e-12)
+    assert torch.allclose(_grad_path(x, cos, sin, layout), want, atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_fast_path_on_views_with_odd_strides_and_offsets(layout):
+    # [B, L, H, D] -> [B, H, L, D] (the usual split-heads view) and a view that starts at
+    # an odd element, which cannot be read as complex pairs without a copy
+    base = torch.randn(2, 9, 3, 11, dtype=torch.float64)
+    views = [
+        base[..., :10].transpose(1, 2),
+        base.flatten()[1 : 1 + 2 * 9 * 3 * 10].view(2, 3, 9, 10),
+    ]
+    positions = torch.arange(9)
+    cos, sin = rope_cos_sin(positions, rope_inv_freq(10, dtype=torch.float64))
+    for x in views:
+        want = rope_loop(x.contiguous(), positions, layout=layout)
+        assert torch.allclose(apply_rope(x, cos, sin, layout), want, atol=1e-12)
+
+
+def test_fast_path_broadcasts_x_against_larger_tables():
+    # one x for two batches of positions: the result takes the broadcast shape
+    x = torch.randn(5, 8, dtype=torch.float64)
+    positions = torch.tensor([[0, 1, 2, 3, 4], [9, 8, 7, 6, 5]])
+    cos, sin = rope_cos_sin(positions, rope_inv_freq(8, dtype=torch.float64))
+    for layout in LAYOUTS:
+        got = apply_rope(x, cos, sin, layout)
+        assert got.shape == (2, 5, 8)
+        for b in range(2):
+            assert torch.allclose(got[b], rope_loop(x, positions[b], layout=layout), atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_fast_path_float32_equals_grad_path_within_1e_6(layout):
+    x = torch.randn(2, 4, 64, 32)
+    cos, sin = rope_cos_sin(torch.arange(64) * 31, rope_inv_freq(32))
+    fast = apply_rope(x, cos, sin, layout)
+    assert float((fast - _grad_path(x, cos, sin, layout)).abs().max()) <= 1e-6
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_low_precision_tables_keep_the_reference_arithmetic(layout):
+    # bf16 tables (the failure chapter 9 reproduces) make bf16 the working dtype; the
+    # fast path is for float32/float64 only, so the numbers chapter 9 prints stay those
+    # of the element-wise form, bit for bit
+    x = torch.randn(1, 5, 8).to(torch.bfloat16)
+    cos, sin = rope_cos_sin(torch.arange(5), rope_inv_freq(8), compute_dtype=torch.bfloat16)
+    got = apply_rope(x, cos, sin, layout)
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got, _grad_path(x, cos, sin, layout))
+    exact = apply_rope(x.double(), cos.double(), sin.double(), layout)
+    assert float((got.double() - exact).abs().max()) <= 2**-7 * float(exact.abs().max())
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_gradients_pass_gradcheck(layout):
+    # finite differences, independent of the formula, for x and for the tables
+    x = torch.randn(2, 3, 6, dtype=torch.float64, requires_grad=True)
+    angles = torch.rand(3, 3, dtype=torch.float64) * 6
+    cos, sin = angles.cos().requires_grad_(), angles.sin().requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, c, s: apply_rope(a, c, s, layout), (x, cos, sin))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_gradient_equals_the_transposed_rotation(layout):
+    # d(sum(g * R x))/dx = Rᵀ g = rotation by the negative angle
+    x = torch.randn(4, 10, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(4, 10, dtype=torch.float64)
+    positions = torch.tensor([0, 3, 50, 999])
+    inv = rope_inv_freq(10, dtype=torch.float64)
+    cos, sin = rope_cos_sin(positions, inv)
+    (apply_rope(x, cos, sin, layout) * g).sum().backward()
+    assert torch.allclose(x.grad, rope_loop(g, -positions, layout=layout), atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_compilable_math_traces_and_matches(layout):
+    # the function the CUDA path compiles: traced by dynamo (backend "eager" needs no
+    # compiler) it gives the loop reference's numbers
+    from pecode import rope
+
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    positions = torch.arange(5) * 3
+    cos, sin = rope_cos_sin(positions, rope_inv_freq(8, dtype=torch.float64))
+    traced = torch.compile(rope._rope_math, backend="eager", fullgraph=True)
+    assert torch.allclose(traced(x, cos, sin, layout), rope_loop(x, positions, layout=layout))
+    assert torch.allclose(
+        rope._rope_math(x, cos, sin, layout), rope_loop(x, positions, layout=layout)
+    )
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_path_matches_the_cpu_path(layout, dtype):
+    x = torch.randn(2, 4, 33, 16).to(dtype)
+    cos, sin = rope_cos_sin(torch.arange(33) * 5, rope_inv_freq(16))
+    want = apply_rope(x, cos, sin, layout)
+    got = apply_rope(x.cuda(), cos.cuda(), sin.cuda(), layout).cpu()
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    assert got.dtype == dtype
+    assert float((got.float() - want.float()).abs().max()) <= tol
+
+
+def test_fused_path_is_off_without_cuda_and_falls_back_when_broken(monkeypatch):
+    from pecode import rope
+
+    monkeypatch.setitem(rope._FUSED, "available", True)
+    monkeypatch.setitem(rope._FUSED, "broken", True)
+    assert not rope._fused_available()  # a failed compile is not retried
+    monkeypatch.setitem(rope._FUSED, "broken", False)
+    assert rope._fused_available()
+    x = torch.randn(3, 8, dtype=torch.float64)  # a CPU tensor never takes the fused path
+    cos, sin = rope_cos_sin(torch.arange(3), rope_inv_freq(8, dtype=torch.float64))
+    assert torch.allclose(apply_rope(x, cos, sin), rope_loop(x, torch.arange(3), layout="half"))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("table_shape", [(7, 4), (2, 1, 7, 4), (1, 4)], ids=["LH", "B1LH", "1H"])
+def test_narrow_inputs_rotate_in_float32_blocks_and_round_once(
+    monkeypatch, layout, dtype, table_shape
+):
+    # bf16/fp16 x with float32 tables: blocks of positions in a float32 buffer (forced
+    # to many small blocks here) give exactly the float32 rotation rounded once
+    from pecode import rope
+
+    monkeypatch.setattr(rope, "_BLOCK_BYTES", 3 * 8 * 4)
+    x = torch.randn(2, 3, 7, 8).to(dtype)
+    angles = torch.rand(table_shape) * 50
+    cos, sin = angles.cos(), angles.sin()
+    got = apply_rope(x, cos, sin, layout)
+    want = rope._rotate_into(
+        x.float(), cos, sin, layout, torch.empty(got.shape, dtype=torch.float32)
+    ).to(dtype)
+    assert got.dtype == dtype
+    assert torch.equal(got, want)
+    exact = apply_rope(x.double(), cos.double(), sin.double(), layout)
+    # one rounding to the narrow dtype: within half a unit in the last place (2^-8 or
+    # 2^-11 relative), with float32 arithmetic error far below it
+    rel = 2**-8 if dtype == torch.bfloat16 else 2**-11
+    assert torch.all((got.double() - exact).abs() <= rel * exact.abs() + 1e-6)
