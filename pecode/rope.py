@@ -227,7 +227,9 @@ def _rope_no_grad(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     Interleaved pairs are adjacent, so the rotation is one complex multiplication:
     one pass that reads ``x`` and writes the output. Half-layout pairs are ``dim/2``
     apart: one pass multiplies everything by cos, and two more add ``-b sin`` and
-    ``a sin`` to the halves in place. On CUDA, with Triton importable, a compiled kernel
+    ``a sin`` to the halves in place; on large CPU inputs the same algebra runs one
+    cache-sized block at a time (``_rotate_half_in_blocks``), so the extra passes hit
+    the cache instead of main memory. On CUDA, with Triton importable, a compiled kernel
     does either layout in one pass (``_rope_fused``).
     """
     if x.is_cuda and _fused_available():
@@ -280,6 +282,8 @@ def _rotate_into(x: Tensor, cos: Tensor, sin: Tensor, layout: str, out: Tensor) 
         rotor = torch.complex(cos, sin)  # e^{i m θ}, a small table
         torch.mul(pairs, rotor, out=torch.view_as_complex(out.unflatten(-1, (half, 2))))
         return out
+    if _rotate_half_in_blocks(x, cos, sin, out):
+        return out
     # Full-width cos, so that the first pass runs over contiguous memory (half the
     # time of broadcasting a half-width table over the pair axis, on CPU).
     torch.mul(x, torch.cat((cos, cos), dim=-1), out=out)  # (a cos, b cos)
@@ -287,6 +291,46 @@ def _rotate_into(x: Tensor, cos: Tensor, sin: Tensor, layout: str, out: Tensor) 
     out[..., :half].addcmul_(b, sin, value=-1.0)  # a cos - b sin
     out[..., half:].addcmul_(a, sin)  # b cos + a sin
     return out
+
+
+_CACHE_BLOCK_BYTES = 2**20  # one block of x: small enough to stay in a core's L2 cache
+_MIN_BLOCKED_BYTES = 2**22  # below this, the loop's operator launches cost more than it saves
+
+
+def _rotate_half_in_blocks(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor) -> bool:
+    """Half layout on large inputs, one cache-sized block of positions of one head at a time.
+
+    Each block takes four half-width operations (``a cos``, ``- b sin``, ``b cos``,
+    ``+ a sin``) whose second pass finds the output still in cache, so main memory
+    sees about one read of ``x`` and one write of the output, as a copy does.
+    Returns False, doing nothing, when the shapes do not allow the flat loop.
+    """
+    length, dim = x.shape[-2], x.shape[-1]
+    half = dim // 2
+    if (
+        x.device.type != "cpu"
+        or x.shape != out.shape
+        or x.numel() * x.element_size() < _MIN_BLOCKED_BYTES
+        or any(size != 1 for size in cos.shape[:-2])
+        or cos.shape != sin.shape
+    ):
+        return False
+    try:
+        rows_of_x = x.view(-1, length, dim)
+    except RuntimeError:  # not viewable as [heads, L, dim]: use the unblocked passes
+        return False
+    rows_of_out = out.view(-1, length, dim)
+    cos, sin = cos.reshape(cos.shape[-2], half), sin.reshape(sin.shape[-2], half)
+    step = max(1, _CACHE_BLOCK_BYTES // (dim * x.element_size()))
+    for head in range(rows_of_x.shape[0]):
+        for start in range(0, length, step):
+            block = slice(start, min(start + step, length))
+            c, s = (cos, sin) if cos.shape[0] == 1 else (cos[block], sin[block])
+            a, b = rows_of_x[head, block, :half], rows_of_x[head, block, half:]
+            out_a, out_b = rows_of_out[head, block, :half], rows_of_out[head, block, half:]
+            torch.mul(a, c, out=out_a).addcmul_(b, s, value=-1.0)  # a cos - b sin
+            torch.mul(b, c, out=out_b).addcmul_(a, s)  # b cos + a sin
+    return True
 
 
 _FUSED: dict[str, Any] = {}

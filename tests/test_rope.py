@@ -612,3 +612,28 @@ def test_narrow_inputs_rotate_in_float32_blocks_and_round_once(
     # 2^-11 relative), with float32 arithmetic error far below it
     rel = 2**-8 if dtype == torch.bfloat16 else 2**-11
     assert torch.all((got.double() - exact).abs() <= rel * exact.abs() + 1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_half_layout_cache_blocks_match_the_complex_form(dtype):
+    # large enough for the blocked CPU path; compared with the complex form in float64
+    from pecode.rope import _rotate_half_in_blocks
+
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 4, 2048, 128, generator=generator, dtype=torch.float64)
+    inv_freq = rope_inv_freq(128, dtype=torch.float64)
+    cos, sin = rope_cos_sin(torch.arange(2048), inv_freq)
+    out = torch.empty_like(x, dtype=dtype)
+    assert _rotate_half_in_blocks(x.to(dtype), cos.to(dtype), sin.to(dtype), out)
+    expected = apply_rope_complex(x, torch.arange(2048), inv_freq, layout="half")
+    tolerance = 1e-6 if dtype == torch.float32 else 1e-12
+    assert torch.allclose(out.double(), expected, atol=tolerance)
+    assert torch.allclose(apply_rope(x.to(dtype), cos, sin).double(), expected, atol=tolerance)
+    # batch and heads that cannot be merged into one axis take the unblocked passes
+    pair = torch.randn(4, 2, 2048, 128, generator=generator, dtype=torch.float64)
+    unmergeable = pair.to(dtype).transpose(0, 1)
+    assert not _rotate_half_in_blocks(
+        unmergeable, cos.to(dtype), sin.to(dtype), torch.empty(2, 4, 2048, 128, dtype=dtype)
+    )
+    expected = apply_rope_complex(pair.transpose(0, 1), torch.arange(2048), inv_freq, "half")
+    assert torch.allclose(apply_rope(unmergeable, cos, sin).double(), expected, atol=tolerance)
