@@ -34,7 +34,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pecode.absolute import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from pecode.absolute import (
+    LearnedPositionalEncoding,
+    SinusoidalPositionalEncoding,
+    _check_int,  # the same int checks as the encodings
+)
 from pecode.alibi import ALiBi
 from pecode.attention import MultiHeadAttention, PositionScheme
 from pecode.relative import T5RelativePositionBias
@@ -64,14 +68,6 @@ ROPE_SCALINGS: tuple[str, ...] = ("linear", "ntk", "yarn")
 
 IGNORE_INDEX = -100
 """Target value of positions without a target (``t < offset``); ignored by the loss."""
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 @contextmanager
