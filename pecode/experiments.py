@@ -319,7 +319,7 @@ class ExperimentConfig:
     batch_size: int = 32
     lr: float = 3e-3
     eval_sequences: int = 64
-    num_threads: int = 2
+    num_threads: int = 1
 
     def __post_init__(self) -> None:
         for name in ("train_length", "offset", "vocab_size", "dim", "num_heads", "num_layers"):
