@@ -25,6 +25,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from pecode._checks import check_int
+
 __all__ = [
     "LearnedPositionalEncoding",
     "SinusoidalPositionalEncoding",
@@ -37,16 +39,8 @@ __all__ = [
 _CHUNK_ROWS = 1 << 14
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
-    return value
-
-
 def _check_dim(dim: object) -> int:
-    _check_int("dim", dim, 2)
+    check_int("dim", dim, 2)
     if dim % 2:
         raise ValueError(
             f"dim must be even, got {dim}: each frequency needs a sine column 2i "
@@ -184,7 +178,7 @@ def sinusoidal_table(
         TypeError: an argument has the wrong type (``dtype`` must be floating).
         ValueError: ``num_positions < 0``, ``dim`` is odd or below 2, or ``base <= 1``.
     """
-    _check_int("num_positions", num_positions, 0)
+    check_int("num_positions", num_positions, 0)
     positions = torch.arange(num_positions)
     return sinusoidal_encoding(positions, dim, base, dtype=dtype).to(device)
 
@@ -218,7 +212,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         super().__init__()
         self.dim = _check_dim(dim)
         self.base = _check_base(base)
-        _check_int("max_len", max_len, 1)
+        check_int("max_len", max_len, 1)
         if isinstance(input_scale, bool) or not isinstance(input_scale, int | float):
             raise TypeError(f"input_scale must be a real number, got {type(input_scale).__name__}")
         if not math.isfinite(input_scale):
@@ -250,6 +244,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         if positions.numel() and int(positions.max()) >= self.table.shape[0]:
             self._grow(int(positions.max()) + 1)
         encoding = self.table.to(x.device)[positions].to(x.dtype)
+        if self.input_scale == 1.0:  # the default: skip a full pass over x
+            return x + encoding
         return x * self.input_scale + encoding
 
     def extra_repr(self) -> str:
@@ -277,8 +273,8 @@ class LearnedPositionalEncoding(nn.Module):
 
     def __init__(self, max_len: int, dim: int, *, init_std: float = 0.02) -> None:
         super().__init__()
-        self.max_len = _check_int("max_len", max_len, 1)
-        self.dim = _check_int("dim", dim, 1)
+        self.max_len = check_int("max_len", max_len, 1)
+        self.dim = check_int("dim", dim, 1)
         if isinstance(init_std, bool) or not isinstance(init_std, int | float):
             raise TypeError(f"init_std must be a real number, got {type(init_std).__name__}")
         if not math.isfinite(init_std) or init_std < 0:

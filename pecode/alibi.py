@@ -16,17 +16,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from pecode._checks import check_int, check_positions
 from pecode.attention import PositionScheme
 
 __all__ = ["ALiBi", "alibi_bias", "alibi_bias_from_positions", "alibi_key_bias", "alibi_slopes"]
-
-
-def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
-    return value
 
 
 def _slope_exponents(num_heads: int) -> list[tuple[int, int]]:
@@ -69,7 +62,7 @@ def alibi_slopes(
         TypeError: ``num_heads`` is not an int, or ``dtype`` is not floating.
         ValueError: ``num_heads`` is not positive.
     """
-    _check_positive_int("num_heads", num_heads)
+    check_int("num_heads", num_heads)
     if not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating dtype, got {dtype}")
     # Python's float power, element by element: the same exponent always gives the
@@ -92,14 +85,9 @@ def _as_slopes(heads_or_slopes: int | Tensor) -> Tensor:
 
 
 def _check_positions(name: str, positions: Tensor) -> None:
-    if not isinstance(positions, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(positions).__name__}")
-    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor, got {positions.dtype}")
-    if positions.dim() not in (1, 2) or positions.shape[-1] == 0:
-        raise ValueError(
-            f"{name} must have shape [L] or [B, L] with L > 0, got {tuple(positions.shape)}"
-        )
+    check_positions(name, positions)
+    if positions.shape[-1] == 0:
+        raise ValueError(f"{name} must have L > 0 positions, got {tuple(positions.shape)}")
 
 
 def alibi_bias_from_positions(
@@ -198,8 +186,8 @@ def alibi_bias(
         ValueError: a length or head count is not positive, ``q_len > k_len``,
             or slopes are not 1-D.
     """
-    _check_positive_int("q_len", q_len)
-    k_len = q_len if k_len is None else _check_positive_int("k_len", k_len)
+    check_int("q_len", q_len)
+    k_len = q_len if k_len is None else check_int("k_len", k_len)
     if q_len > k_len:
         raise ValueError(f"q_len={q_len} exceeds k_len={k_len}: queries are the last keys")
     slopes = _as_slopes(heads_or_slopes).to(device="cpu", dtype=torch.float64)
@@ -233,7 +221,7 @@ def alibi_key_bias(
     Raises:
         TypeError, ValueError: as :func:`alibi_bias`.
     """
-    _check_positive_int("k_len", k_len)
+    check_int("k_len", k_len)
     slopes = _as_slopes(heads_or_slopes).to(device="cpu", dtype=torch.float64)
     bias = slopes.view(-1, 1, 1) * torch.arange(k_len, dtype=torch.float64)
     return bias.to(dtype=dtype, device=device)
@@ -261,7 +249,7 @@ class ALiBi(PositionScheme):
         self, num_heads: int, *, symmetric: bool = False, slopes: Tensor | None = None
     ) -> None:
         super().__init__()
-        _check_positive_int("num_heads", num_heads)
+        check_int("num_heads", num_heads)
         if slopes is None:
             slopes = alibi_slopes(num_heads, dtype=torch.float64)
         slopes = _as_slopes(slopes)

@@ -34,10 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from pecode._checks import check_int
 from pecode.absolute import (
     LearnedPositionalEncoding,
     SinusoidalPositionalEncoding,
-    _check_int,  # the same int checks as the encodings
 )
 from pecode.alibi import ALiBi
 from pecode.attention import MultiHeadAttention, PositionScheme
@@ -79,7 +79,7 @@ def cpu_threads(num_threads: int) -> Iterator[None]:
     Raises:
         TypeError, ValueError: ``num_threads`` is not a positive int.
     """
-    _check_int("num_threads", num_threads, 1)
+    check_int("num_threads", num_threads, 1)
     previous = torch.get_num_threads()
     torch.set_num_threads(num_threads)
     try:
@@ -111,10 +111,10 @@ def delayed_copy_batch(
             ``1 .. length - 1``, ``vocab_size < 2``, or ``generator`` is not a
             ``torch.Generator``.
     """
-    _check_int("batch_size", batch_size, 1)
-    _check_int("length", length, 2)
-    _check_int("offset", offset, 1)
-    _check_int("vocab_size", vocab_size, 2)
+    check_int("batch_size", batch_size, 1)
+    check_int("length", length, 2)
+    check_int("offset", offset, 1)
+    check_int("vocab_size", vocab_size, 2)
     if offset >= length:
         raise ValueError(f"offset={offset} must be smaller than length={length}")
     if not isinstance(generator, torch.Generator):
@@ -204,11 +204,11 @@ class TinyDecoder(nn.Module):
         super().__init__()
         if scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r}; accepted: {list(SCHEMES)}")
-        _check_int("vocab_size", vocab_size, 2)
-        _check_int("max_len", max_len, 1)
-        _check_int("dim", dim, 1)
-        _check_int("num_heads", num_heads, 1)
-        _check_int("num_layers", num_layers, 1)
+        check_int("vocab_size", vocab_size, 2)
+        check_int("max_len", max_len, 1)
+        check_int("dim", dim, 1)
+        check_int("num_heads", num_heads, 1)
+        check_int("num_layers", num_layers, 1)
         if dim % num_heads or (dim // num_heads) % 2:
             raise ValueError(f"dim={dim} must split into num_heads={num_heads} even head sizes")
         self.scheme, self.vocab_size, self.max_len = scheme, vocab_size, max_len
@@ -323,9 +323,9 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         for name in ("train_length", "offset", "vocab_size", "dim", "num_heads", "num_layers"):
-            _check_int(name, getattr(self, name), 1)
+            check_int(name, getattr(self, name), 1)
         for name in ("steps", "batch_size", "eval_sequences", "num_threads"):
-            _check_int(name, getattr(self, name), 1)
+            check_int(name, getattr(self, name), 1)
         if self.offset >= self.train_length:
             raise ValueError(f"offset={self.offset} must be smaller than train_length")
         if not self.eval_factors or any(

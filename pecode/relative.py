@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from pecode._checks import check_int, check_positions
 from pecode.attention import PositionScheme
 
 __all__ = [
@@ -58,29 +59,10 @@ __all__ = [
 # --------------------------------------------------------------------------- checks
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        kind = "positive" if minimum == 1 else f">= {minimum}"
-        raise ValueError(f"{name} must be {kind}, got {value}")
-    return value
-
-
-def _check_positions(name: str, positions: Tensor) -> Tensor:
-    if not isinstance(positions, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(positions).__name__}")
-    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor, got {positions.dtype}")
-    if positions.dim() not in (1, 2):
-        raise ValueError(f"{name} must have shape [L] or [B, L], got {tuple(positions.shape)}")
-    return positions
-
-
 def _pairwise_offsets(q_positions: Tensor, k_positions: Tensor) -> Tensor:
     """``k_positions[j] - q_positions[i]``: ``[Lq, Lk]``, or ``[B, Lq, Lk]`` if batched."""
-    _check_positions("q_positions", q_positions)
-    _check_positions("k_positions", k_positions)
+    check_positions("q_positions", q_positions)
+    check_positions("k_positions", k_positions)
     batched = q_positions.dim() == 2 and k_positions.dim() == 2
     if batched and q_positions.shape[0] != k_positions.shape[0]:
         raise ValueError(
@@ -136,7 +118,7 @@ def shaw_relative_index(q_positions: Tensor, k_positions: Tensor, max_distance: 
         TypeError: positions are not integer tensors, or ``max_distance`` is not an int.
         ValueError: ``max_distance`` is negative, or the positions have bad shapes.
     """
-    k = _check_int("max_distance", max_distance, 0)
+    k = check_int("max_distance", max_distance, 0)
     # in place: the index is as large as the logits, no need for three copies of it
     return _pairwise_offsets(q_positions, k_positions).long().clamp_(-k, k).add_(k)
 
@@ -296,8 +278,8 @@ class ShawRelativePosition(PositionScheme):
 
     def __init__(self, head_dim: int, max_distance: int, *, memory_efficient: bool = True):
         super().__init__()
-        self.head_dim = _check_int("head_dim", head_dim, 1)
-        self.max_distance = _check_int("max_distance", max_distance, 0)
+        self.head_dim = check_int("head_dim", head_dim, 1)
+        self.max_distance = check_int("max_distance", max_distance, 0)
         self.memory_efficient = memory_efficient
         rows = 2 * max_distance + 1
         # Shaw et al. do not state an initialization; small normal values, like embeddings.
@@ -333,8 +315,8 @@ def relative_distances(q_len: int, k_len: int, offset: int = 0) -> Tensor:
     Raises:
         TypeError, ValueError: a length is not a positive int, or ``offset`` not an int.
     """
-    _check_int("q_len", q_len, 1)
-    _check_int("k_len", k_len, 1)
+    check_int("q_len", q_len, 1)
+    check_int("k_len", k_len, 1)
     if isinstance(offset, bool) or not isinstance(offset, int):
         raise TypeError(f"offset must be an int, got {type(offset).__name__}")
     return torch.arange(offset + q_len - 1, offset - k_len, -1)
@@ -394,7 +376,7 @@ def sinusoidal_relative_encoding(distances: Tensor, dim: int, base: float = 1000
         raise TypeError(f"distances must be a torch.Tensor, got {type(distances).__name__}")
     if distances.dim() != 1:
         raise ValueError(f"distances must be 1-D, got shape {tuple(distances.shape)}")
-    _check_int("dim", dim, 2)
+    check_int("dim", dim, 2)
     if dim % 2:
         raise ValueError(f"dim must be even, got {dim}")
     inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float32) / dim)
@@ -447,7 +429,7 @@ def transformer_xl_position_terms(
 
 def _consecutive_start(name: str, positions: Tensor) -> int:
     """First position of a 1-D run ``p, p + 1, ...``; the relative shift needs one."""
-    _check_positions(name, positions)
+    check_positions(name, positions)
     if positions.dim() != 1:
         raise ValueError(f"{name} must be 1-D for Transformer-XL, got {tuple(positions.shape)}")
     start = int(positions[0])
@@ -477,9 +459,9 @@ class TransformerXLRelativePosition(PositionScheme):
 
     def __init__(self, model_dim: int, num_heads: int, head_dim: int) -> None:
         super().__init__()
-        self.model_dim = _check_int("model_dim", model_dim, 1)
-        self.num_heads = _check_int("num_heads", num_heads, 1)
-        self.head_dim = _check_int("head_dim", head_dim, 1)
+        self.model_dim = check_int("model_dim", model_dim, 1)
+        self.num_heads = check_int("num_heads", num_heads, 1)
+        self.head_dim = check_int("head_dim", head_dim, 1)
         if model_dim % 2:
             raise ValueError(f"model_dim must be even, got {model_dim}")
         self.rel_proj = nn.Linear(model_dim, num_heads * head_dim, bias=False)  # W_{k,R}
@@ -547,8 +529,8 @@ def t5_relative_position_bucket(
         raise TypeError(
             f"relative_position must be an integer tensor, got {relative_position.dtype}"
         )
-    _check_int("num_buckets", num_buckets, 4 if bidirectional else 2)
-    _check_int("max_distance", max_distance, 1)
+    check_int("num_buckets", num_buckets, 4 if bidirectional else 2)
+    check_int("max_distance", max_distance, 1)
     relative_position = relative_position.long()
     if bidirectional:
         half = num_buckets // 2
@@ -597,7 +579,7 @@ class T5RelativePositionBias(PositionScheme):
         scale_logits: bool = False,
     ) -> None:
         super().__init__()
-        self.num_heads = _check_int("num_heads", num_heads, 1)
+        self.num_heads = check_int("num_heads", num_heads, 1)
         t5_relative_position_bucket(
             torch.zeros(1, dtype=torch.long), bidirectional, num_buckets, max_distance
         )
@@ -645,7 +627,7 @@ def deberta_relative_index(q_positions: Tensor, k_positions: Tensor, max_distanc
         TypeError: bad positions or ``max_distance`` not an int.
         ValueError: ``max_distance`` is not positive.
     """
-    k = _check_int("max_distance", max_distance, 1)
+    k = check_int("max_distance", max_distance, 1)
     query_minus_key = _pairwise_offsets(q_positions, k_positions).long().neg_()
     return query_minus_key.add_(k).clamp_(0, 2 * k - 1)
 
@@ -718,10 +700,10 @@ class DebertaRelativePosition(PositionScheme):
 
     def __init__(self, model_dim: int, num_heads: int, head_dim: int, max_distance: int) -> None:
         super().__init__()
-        self.model_dim = _check_int("model_dim", model_dim, 1)
-        self.num_heads = _check_int("num_heads", num_heads, 1)
-        self.head_dim = _check_int("head_dim", head_dim, 1)
-        self.max_distance = _check_int("max_distance", max_distance, 1)
+        self.model_dim = check_int("model_dim", model_dim, 1)
+        self.num_heads = check_int("num_heads", num_heads, 1)
+        self.head_dim = check_int("head_dim", head_dim, 1)
+        self.max_distance = check_int("max_distance", max_distance, 1)
         self.rel_embeddings = nn.Parameter(torch.randn(2 * max_distance, model_dim) * 0.02)
         self.pos_q_proj = nn.Linear(model_dim, num_heads * head_dim, bias=False)  # W_{q,r}
         self.pos_k_proj = nn.Linear(model_dim, num_heads * head_dim, bias=False)  # W_{k,r}

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pecode._checks import check_int
 from pecode.rope import rope_inv_freq
 
 __all__ = [
@@ -58,14 +59,6 @@ def _factor(params: dict[str, Any]) -> float:
     if factor < 1.0:
         raise ValueError(f"factor must be >= 1 (the context is extended, not shrunk), got {factor}")
     return factor
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
-    return value
 
 
 def _ntk_exponent(dim: int) -> float:
@@ -97,11 +90,11 @@ def _dynamic(dim: int, base: float, params: dict[str, Any]) -> tuple[Tensor, flo
     # Peng et al. 2023 ("Dynamic NTK"), in the form of Hugging Face transformers:
     # b' = b ((s L / L0) - (s - 1))^(d/(d-2)) for the current length L > L0, else b.
     factor = _factor(params)
-    original = _positive_int(
+    original = check_int(
         "original_max_position_embeddings", params["original_max_position_embeddings"]
     )
     seq_len = params.get("seq_len")
-    seq_len = original if seq_len is None else _positive_int("seq_len", seq_len)
+    seq_len = original if seq_len is None else check_int("seq_len", seq_len)
     exponent = _ntk_exponent(dim)
     length = max(seq_len, original)
     new_base = base * (factor * length / original - (factor - 1.0)) ** exponent
@@ -160,7 +153,7 @@ def yarn_correction_range(
         raise ValueError(
             f"need beta_fast > beta_slow > 0, got beta_fast={beta_fast}, beta_slow={beta_slow}"
         )
-    original = _positive_int("original_max_position_embeddings", original_max_position_embeddings)
+    original = check_int("original_max_position_embeddings", original_max_position_embeddings)
 
     def pair_index(rotations: float) -> float:
         return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
@@ -207,7 +200,7 @@ def _llama3(dim: int, base: float, params: dict[str, Any]) -> tuple[Tensor, floa
             "need high_freq_factor > low_freq_factor > 0, got "
             f"low_freq_factor={low_freq_factor}, high_freq_factor={high_freq_factor}"
         )
-    original = _positive_int(
+    original = check_int(
         "original_max_position_embeddings", params["original_max_position_embeddings"]
     )
     inv_freq = rope_inv_freq(dim, base, dtype=torch.float64)
@@ -376,8 +369,8 @@ def unseen_angle_pairs(
             f"trained_inv_freq and inv_freq must have the same shape, got "
             f"{tuple(trained_inv_freq.shape)} and {tuple(inv_freq.shape)}"
         )
-    _positive_int("original_length", original_length)
-    _positive_int("length", length)
+    check_int("original_length", original_length)
+    check_int("length", length)
     trained = trained_inv_freq.to(torch.float64)
     seen = original_length * trained
     reach = length * inv_freq.to(torch.float64)

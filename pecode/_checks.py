@@ -1,0 +1,37 @@
+"""Argument checks shared by the pecode modules, so every module words its errors alike."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def check_int(name: str, value: object, minimum: int = 1) -> int:
+    """Return ``value`` if it is an int (not a bool) of at least ``minimum``.
+
+    Raises:
+        TypeError: ``value`` is not an int.
+        ValueError: ``value`` is below ``minimum``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        wanted = {0: "non-negative", 1: "positive"}.get(minimum, f"at least {minimum}")
+        raise ValueError(f"{name} must be {wanted}, got {value}")
+    return value
+
+
+def check_positions(name: str, positions: object) -> Tensor:
+    """Return ``positions`` if it is an integer tensor of shape ``[L]`` or ``[B, L]``.
+
+    Raises:
+        TypeError: ``positions`` is not an integer tensor.
+        ValueError: ``positions`` is not 1-D or 2-D.
+    """
+    if not isinstance(positions, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(positions).__name__}")
+    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor, got {positions.dtype}")
+    if positions.dim() not in (1, 2):
+        raise ValueError(f"{name} must have shape [L] or [B, L], got {tuple(positions.shape)}")
+    return positions
