@@ -1,0 +1,180 @@
+"""Every verdict the book states links to evidence that exists.
+
+The errata, the scorecard and the redone comparison tables are the pages a reader comes
+for; each of their claims must point at a notebook cell label (``{ref}``), a proof or
+definition (``{prf:ref}``) or a test (``{test}``). This module checks that every errata
+entry has a reproduction link, that every scorecard cell and every comparison-table row
+carries a link, and that every link resolves: labels must be defined in a notebook or a
+page, tests must be defined in ``tests/``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+
+# Pages whose tables are scored cell by cell (every cell after the first column needs a
+# link), and pages whose tables are checked row by row (every row needs a link).
+CELL_PAGES = ["scorecard.md"]
+ROW_PAGES = ["source_tables.md"]
+LINKED_PAGES = ["errata.md", *CELL_PAGES, *ROW_PAGES, "which_encoding.md"]
+
+LINK = re.compile(r"\{(ref|prf:ref|test|numref|doc)\}`([^`]+)`")
+EVIDENCE_ROLES = {"ref", "prf:ref", "test", "numref"}
+# Errata about a bibliographic fact (a paper's title) are decided by the cited paper.
+CITATION_ONLY = {"errata-001-paper-title"}
+
+
+def _load_testref():
+    spec = importlib.util.spec_from_file_location("testref", BOOK / "_ext" / "testref.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+locate_test = _load_testref().locate_test
+
+
+def _markdown_sources() -> dict[str, str]:
+    """Text of every markdown page and every notebook's markdown cells, by path."""
+    texts = {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in BOOK.glob("*.md")}
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
+        texts[str(nb.relative_to(ROOT))] = "\n\n".join(
+            "".join(c["source"]) for c in cells if c["cell_type"] == "markdown"
+        )
+    return texts
+
+
+SOURCES = _markdown_sources()
+TARGETS = {m for text in SOURCES.values() for m in re.findall(r"(?m)^\(([\w-]+)\)=\s*$", text)}
+TARGETS |= {m for text in SOURCES.values() for m in re.findall(r"(?m)^:label:\s*(\S+)", text)}
+DOCS = {str(Path(path).with_suffix("")) for path in SOURCES}
+
+
+def _target(text: str) -> str:
+    """The target of a role's text: ``title <target>`` or ``target``."""
+    match = re.search(r"<([^>]+)>\s*$", text)
+    return (match[1] if match else text).strip()
+
+
+def _broken(role: str, text: str, page: str) -> str | None:
+    target = _target(text)
+    if role == "test":
+        try:
+            locate_test(ROOT, target)
+        except ValueError as error:
+            return str(error)
+        return None
+    if role == "doc":
+        resolved = (
+            (BOOK / page).parent / target if not target.startswith("/") else ROOT / target[1:]
+        )
+        resolved = resolved.resolve().relative_to(ROOT)
+        return None if str(resolved) in DOCS else f"no page {target}"
+    return None if target in TARGETS else f"no label {target}"
+
+
+def _read(page: str) -> str:
+    path = BOOK / page
+    if not path.exists():
+        pytest.skip(f"{page} is not written yet")
+    return path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("page", LINKED_PAGES)
+def test_every_link_on_the_page_resolves(page):
+    text = _read(page)
+    links = LINK.findall(text)
+    assert links, f"{page} links to no evidence"
+    broken = [
+        f"{{{role}}}`{text}`: {why}" for role, text in links if (why := _broken(role, text, page))
+    ]
+    assert not broken, f"{page}: broken links:\n" + "\n".join(broken)
+
+
+def _errata_entries() -> list[tuple[str, str]]:
+    text = (BOOK / "errata.md").read_text(encoding="utf-8")
+    parts = re.split(r"(?m)^\((errata-[\w-]+)\)=\s*$", text)
+    return list(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def test_errata_has_entries_with_unique_labels():
+    labels = [label for label, _ in _errata_entries()]
+    assert len(labels) >= 50
+    assert len(labels) == len(set(labels))
+
+
+@pytest.mark.parametrize(
+    ("label", "entry"), _errata_entries(), ids=[label for label, _ in _errata_entries()]
+)
+def test_errata_entry_has_the_fields_and_a_reproduction_link(label, entry):
+    for field in ("Source", "Says", "Verdict", "Reproduction"):
+        assert f"- **{field}**:" in entry, f"{label} lacks the field {field}"
+    verdict = entry.split("- **Verdict**:", 1)[1].strip()
+    assert re.match(r"(wrong|imprecise)\b", verdict), f"{label}: verdict {verdict[:30]!r}"
+    reproduction = entry.split("- **Reproduction**:", 1)[1]
+    if label in CITATION_ONLY:
+        assert "{cite}`" in reproduction, f"{label}: cite the paper that decides it"
+        return
+    assert any(role in EVIDENCE_ROLES for role, _ in LINK.findall(reproduction)), (
+        f"{label}: the reproduction links to no notebook cell, proof or test"
+    )
+
+
+def split_row(line: str) -> list[str]:
+    """Cells of a markdown pipe-table row (``\\|`` is a literal bar)."""
+    cells = re.split(r"(?<!\\)\|", line.strip())
+    return [cell.strip() for cell in cells[1:-1]]
+
+
+def table_rows(text: str) -> list[tuple[int, list[str]]]:
+    """(line number, cells) of every body row of every pipe table in ``text``."""
+    rows, lines = [], text.splitlines()
+    for i, line in enumerate(lines):
+        is_separator = re.fullmatch(r"\s*\|?[\s:|-]+\|?\s*", line) and "-" in line
+        if not line.lstrip().startswith("|") or is_separator:
+            continue
+        previous = lines[i - 1] if i else ""
+        is_header = i + 1 < len(lines) and re.fullmatch(r"\s*\|[\s:|-]+\|\s*", lines[i + 1])
+        if is_header or not previous.lstrip().startswith("|"):
+            continue
+        rows.append((i + 1, split_row(line)))
+    return rows
+
+
+def test_split_row_and_table_rows():
+    table = "| a | b |\n|---|---|\n| x \\| y | {ref}`z` |\n\n| c |\n|:-:|\n| w |\n"
+    assert table_rows(table) == [(3, ["x \\| y", "{ref}`z`"]), (7, ["w"])]
+
+
+@pytest.mark.parametrize("page", CELL_PAGES)
+def test_every_scorecard_cell_links_to_evidence(page):
+    rows = table_rows(_read(page))
+    assert len(rows) >= 8, f"{page} has {len(rows)} table rows"
+    bare = [
+        f"line {line}, column {col + 2}: {cell[:50]!r}"
+        for line, cells in rows
+        for col, cell in enumerate(cells[1:])
+        if not any(role in EVIDENCE_ROLES for role, _ in LINK.findall(cell))
+    ]
+    assert not bare, f"{page}: cells without evidence:\n" + "\n".join(bare)
+
+
+@pytest.mark.parametrize("page", ROW_PAGES)
+def test_every_comparison_row_links_to_evidence(page):
+    rows = table_rows(_read(page))
+    assert len(rows) >= 8, f"{page} has {len(rows)} table rows"
+    bare = [
+        f"line {line}: {' | '.join(cells)[:60]!r}"
+        for line, cells in rows
+        if not any(role in EVIDENCE_ROLES for role, _ in LINK.findall(" ".join(cells)))
+    ]
+    assert not bare, f"{page}: rows without evidence:\n" + "\n".join(bare)
