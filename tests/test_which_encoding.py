@@ -1,0 +1,75 @@
+"""The closing chapter quotes the measurement chapters' numbers exactly.
+
+``book/which_encoding.md`` reprints two tables: chapter 12's accuracies (outputs that
+nbval re-executes and compares) and chapter 11's per-layer costs (one recorded run).
+Each quoted row must equal the row the notebook printed, so the page cannot drift from
+the measurements it is grounded in.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "book" / "which_encoding.md"
+
+
+def notebook_output(name: str, header: str) -> list[str]:
+    """Lines of the first code-cell output of ``name`` that starts with ``header``."""
+    cells = json.loads((ROOT / "notebooks" / name).read_text(encoding="utf-8"))["cells"]
+    for cell in cells:
+        for output in cell.get("outputs", []):
+            text = "".join(output.get("text", ""))
+            if text.lstrip().startswith(header):
+                return text.strip("\n").splitlines()
+    raise AssertionError(f"{name} prints no output starting with {header!r}")
+
+
+def page_table(first_header: str) -> dict[str, list[str]]:
+    """Rows of the page's pipe table whose first header cell is ``first_header``."""
+    lines = PAGE.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
+    rows = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_accuracy_table_equals_chapter_12_output():
+    printed = notebook_output("12_train_short_test_long.ipynb", "model")
+    expected = {}
+    for line in printed[1:]:
+        name, rest = line[:12].strip(), line[12:]
+        # four columns of "mean ± std" or "n/a", then an optional training loss
+        expected[name] = re.findall(r"\d\.\d\d ± \d\.\d\d|n/a", rest)
+    quoted = page_table("model")
+    assert set(quoted) == set(expected)
+    for name, cells in quoted.items():
+        assert cells == expected[name], name
+
+
+def test_cost_table_equals_chapter_11_output_at_512():
+    printed = notebook_output("11_costs.ipynb", "encoding")
+    expected = {}
+    for line in printed[1:]:
+        name, length, params, memory, _, ratio = line.split()
+        if length == "512":
+            expected[name] = [params, memory, ratio]
+    quoted = page_table("encoding")
+    assert set(quoted) == set(expected)
+    for name, cells in quoted.items():
+        assert cells == expected[name], name
+
+
+def test_page_table_reads_rows():
+    rows = page_table("model")
+    assert rows["learned"][1:] == ["n/a", "n/a", "n/a"]
+    with pytest.raises(StopIteration):
+        page_table("no such header")
