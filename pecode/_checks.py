@@ -35,3 +35,20 @@ def check_positions(name: str, positions: object) -> Tensor:
     if positions.dim() not in (1, 2):
         raise ValueError(f"{name} must have shape [L] or [B, L], got {tuple(positions.shape)}")
     return positions
+
+
+def check_position_pair(q_positions: object, k_positions: object) -> None:
+    """Check query and key positions as :func:`check_positions` does, and their batches.
+
+    Raises:
+        TypeError: either is not an integer tensor.
+        ValueError: either is not 1-D or 2-D, or both are batched with different sizes.
+    """
+    check_positions("q_positions", q_positions)
+    check_positions("k_positions", k_positions)
+    batched = q_positions.dim() == 2 and k_positions.dim() == 2
+    if batched and q_positions.shape[0] != k_positions.shape[0]:
+        raise ValueError(
+            f"q_positions and k_positions have different batch sizes: "
+            f"{q_positions.shape[0]} and {k_positions.shape[0]}"
+        )

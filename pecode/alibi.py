@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pecode._checks import check_int, check_positions
+from pecode._checks import check_int, check_position_pair
 from pecode.attention import PositionScheme
 
 __all__ = ["ALiBi", "alibi_bias", "alibi_bias_from_positions", "alibi_key_bias", "alibi_slopes"]
@@ -84,8 +84,7 @@ def _as_slopes(heads_or_slopes: int | Tensor) -> Tensor:
     return alibi_slopes(heads_or_slopes, dtype=torch.float64)
 
 
-def _check_positions(name: str, positions: Tensor) -> None:
-    check_positions(name, positions)
+def _check_not_empty(name: str, positions: Tensor) -> None:
     if positions.shape[-1] == 0:
         raise ValueError(f"{name} must have L > 0 positions, got {tuple(positions.shape)}")
 
@@ -119,17 +118,9 @@ def alibi_bias_from_positions(
             batch sizes differ, or (causal) some query has no key at or before it.
     """
     slopes = _as_slopes(slopes)
-    _check_positions("q_positions", q_positions)
-    _check_positions("k_positions", k_positions)
-    if (
-        q_positions.dim() == 2
-        and k_positions.dim() == 2
-        and q_positions.shape[0] != k_positions.shape[0]
-    ):
-        raise ValueError(
-            f"q_positions and k_positions have different batch sizes: "
-            f"{q_positions.shape[0]} and {k_positions.shape[0]}"
-        )
+    check_position_pair(q_positions, k_positions)
+    _check_not_empty("q_positions", q_positions)
+    _check_not_empty("k_positions", k_positions)
     if not symmetric:
         q_first = q_positions.min(dim=-1).values  # the earliest query of each sequence
         if bool((k_positions.min(dim=-1).values > q_first).any()):

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from pecode._checks import check_int, check_positions
+from pecode._checks import check_int, check_position_pair, check_positions
 from pecode.attention import PositionScheme
 
 __all__ = [
@@ -61,14 +61,7 @@ __all__ = [
 
 def _pairwise_offsets(q_positions: Tensor, k_positions: Tensor) -> Tensor:
     """``k_positions[j] - q_positions[i]``: ``[Lq, Lk]``, or ``[B, Lq, Lk]`` if batched."""
-    check_positions("q_positions", q_positions)
-    check_positions("k_positions", k_positions)
-    batched = q_positions.dim() == 2 and k_positions.dim() == 2
-    if batched and q_positions.shape[0] != k_positions.shape[0]:
-        raise ValueError(
-            f"q_positions and k_positions have different batch sizes: "
-            f"{q_positions.shape[0]} and {k_positions.shape[0]}"
-        )
+    check_position_pair(q_positions, k_positions)
     return k_positions.unsqueeze(-2) - q_positions.unsqueeze(-1)
 
 
