@@ -178,3 +178,21 @@ def test_every_comparison_row_links_to_evidence(page):
         if not any(role in EVIDENCE_ROLES for role, _ in LINK.findall(" ".join(cells)))
     ]
     assert not bare, f"{page}: rows without evidence:\n" + "\n".join(bare)
+
+
+def test_locate_test_finds_functions_and_methods_and_rejects_the_rest(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text(
+        "def test_a():\n    pass\n\n\nclass TestB:\n    def test_c(self):\n        pass\n"
+    )
+    assert locate_test(tmp_path, "tests/test_x.py::test_a") == ("tests/test_x.py", 1)
+    assert locate_test(tmp_path, "tests/test_x.py::test_a[case-1]") == ("tests/test_x.py", 1)
+    assert locate_test(tmp_path, "tests/test_x.py::TestB::test_c") == ("tests/test_x.py", 6)
+    for bad, why in [
+        ("tests/test_x.py::test_missing", "defines no test"),
+        ("tests/test_y.py::test_a", "no such test file"),
+        ("test_x.py::test_a", "not a test id"),
+        ("tests/test_x.py", "not a test id"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            locate_test(tmp_path, bad)
