@@ -68,19 +68,21 @@ def _tensors_it_must_create(scheme: str, n: int) -> int:
 
     Absolute: the rows of the table it looks up and the sum ``x + PE`` (``[L, D]`` and
     ``[B, L, D]``). RoPE: the rotated ``q`` and ``k`` and the cos/sin rows it uses.
-    ALiBi and T5: one bias per head and (query, key) pair, ``[H, L, L]``. Shaw et al.
-    directly: the relation vector of every pair, ``[L, L, Dh]``, and the key term
-    ``[B, H, L, L]``; by gathering: the products with the ``2k + 1`` table rows and the
-    key term.
+    ALiBi and T5: one bias per head and (query, key) pair, ``[H, L, L]``, built from
+    an ``[L, L]`` integer tensor of offsets (T5: buckets). Shaw et al. directly: the
+    ``[L, L]`` table-row index, the relation vector of every pair, ``[L, L, Dh]``, and
+    the key term ``[B, H, L, L]``; by gathering: the index, the products with the
+    ``2k + 1`` table rows and the key term.
     """
     return {
         "sinusoidal": (n * WIDTH + BATCH * n * WIDTH) * FLOAT,
         "learned": (n * WIDTH + BATCH * n * WIDTH) * FLOAT,
         "rope": (2 * BATCH * HEADS * n * HEAD_DIM + 2 * n * HEAD_DIM // 2) * FLOAT,
-        "alibi": HEADS * n * n * FLOAT,
-        "t5": HEADS * n * n * FLOAT,
-        "shaw-direct": (n * n * HEAD_DIM + BATCH * HEADS * n * n) * FLOAT,
-        "shaw-gather": (BATCH * HEADS * n * (2 * CLIP + 1) + BATCH * HEADS * n * n) * FLOAT,
+        "alibi": HEADS * n * n * FLOAT + n * n * INDEX,
+        "t5": HEADS * n * n * FLOAT + n * n * INDEX,
+        "shaw-direct": (n * n * HEAD_DIM + BATCH * HEADS * n * n) * FLOAT + n * n * INDEX,
+        "shaw-gather": (BATCH * HEADS * n * (2 * CLIP + 1) + BATCH * HEADS * n * n) * FLOAT
+        + n * n * INDEX,
     }[scheme]
 
 
@@ -236,7 +238,8 @@ def test_positions_past_training_bring_new_angles_only_to_the_slow_pairs():
     A float64 loop over every test position and every training position finds, for
     each pair, how far the test angle is from the nearest angle seen in training (on the
     circle). The fast pairs, which wrap around within the training length, never get an
-    angle more than half a step from a seen one; the new angles are all in the slow pairs.
+    angle more than half a step (``ω_i / 2``) from a seen one; the new angles are all in
+    the slow pairs.
     The loop agrees with ``pecode.scaling.unseen_angle_pairs``.
     """
     width, trained, longest = 64, 32, 256
