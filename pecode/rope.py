@@ -524,6 +524,8 @@ def apply_partial_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half"
     rotary_dim = 2 * cos.shape[-1]
     if rotary_dim > x.shape[-1]:
         raise ValueError(f"the tables rotate {rotary_dim} features but x has only {x.shape[-1]}")
+    if rotary_dim == x.shape[-1]:  # full rotation: no pass-through features to copy
+        return apply_rope(x, cos, sin, layout)
     rotated = apply_rope(x[..., :rotary_dim], cos, sin, layout)
     return torch.cat((rotated, x[..., rotary_dim:]), dim=-1)
 

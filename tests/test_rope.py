@@ -16,6 +16,7 @@ from pecode.reference.rope import (
     rope_loop,
     rope_matrix_loop,
 )
+from pecode.relative import peak_tensor_memory
 from pecode.rope import (
     RotaryEmbedding,
     apply_partial_rope,
@@ -304,6 +305,23 @@ def test_partial_rope_rotates_only_leading_features(layout):
     assert torch.allclose(out[:, :4], rope_loop(x[:, :4], positions, layout=layout), atol=1e-12)
     with pytest.raises(ValueError, match="features"):
         apply_partial_rope(x[:, :2], cos, sin)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_partial_rope_at_full_width_allocates_only_its_output(layout):
+    # rotary_dim == dim has no pass-through features, so nothing is concatenated: the
+    # peak is that of apply_rope, and the values are the float64 loop's.
+    x = torch.randn(1, 4, 64, 32)
+    positions = torch.arange(64)
+    cos, sin = rope_cos_sin(positions, rope_inv_freq(32))
+    out = apply_partial_rope(x, cos, sin, layout)
+    reference = rope_loop(x.double(), positions, layout=layout)
+    assert torch.allclose(out.double(), reference, atol=1e-5)
+    with torch.no_grad():
+        partial = peak_tensor_memory(lambda: apply_partial_rope(x, cos, sin, layout))
+        full = peak_tensor_memory(lambda: apply_rope(x, cos, sin, layout))
+    assert partial == full
+    assert partial < 2 * x.nbytes
 
 
 def test_convert_weights_between_layouts_keeps_scores():
