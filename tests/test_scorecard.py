@@ -18,8 +18,12 @@ import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pecode.absolute import LearnedPositionalEncoding, SinusoidalPositionalEncoding
-from pecode.absolute import sinusoidal_encoding, sinusoidal_frequencies
+from pecode.absolute import (
+    LearnedPositionalEncoding,
+    SinusoidalPositionalEncoding,
+    sinusoidal_encoding,
+    sinusoidal_frequencies,
+)
 from pecode.alibi import ALiBi, alibi_bias_from_positions, alibi_slopes
 from pecode.attention import MultiHeadAttention
 from pecode.reference.relative import t5_bucket_loop
