@@ -49,9 +49,12 @@ SCALED = {"rope-linear": "linear", "rope-ntk": "ntk", "rope-yarn": "yarn"}
 
 
 def _scaling_params(kind: str) -> dict:
+    """Factor s = 4 over L0; dynamic NTK's frequencies are those it uses at length 4 L0."""
     params: dict = {"factor": FACTOR}
     if kind in ("yarn", "dynamic"):
         params["original_max_position_embeddings"] = TRAIN_LENGTH
+    if kind == "dynamic":
+        params["seq_len"] = 4 * TRAIN_LENGTH
     return params
 
 
@@ -72,9 +75,9 @@ def position_scheme(name: str, dim: int = DIM, heads: int = HEADS):
         return RotaryEmbedding(head_dim, dtype=torch.float64)
     if name in SCALED or name == "rope-dynamic":
         kind = SCALED.get(name, "dynamic")
-        return RotaryEmbedding(
-            head_dim, dtype=torch.float64, scaling=kind, scaling_params=_scaling_params(kind)
-        )
+        params = _scaling_params(kind)
+        params.pop("seq_len", None)  # the module takes the length from the positions
+        return RotaryEmbedding(head_dim, dtype=torch.float64, scaling=kind, scaling_params=params)
     return None
 
 
@@ -333,7 +336,7 @@ def extra_bytes(name: str, length: int) -> int:
         return peak_tensor_memory(lambda: layer(x)) - peak_tensor_memory(lambda: plain(x))
 
 
-@pytest.mark.parametrize("name", [n for n in ALL if n not in ("nope", "rope-dynamic")])
+@pytest.mark.parametrize("name", [n for n in ALL if n != "nope"])
 def test_extra_memory_matches_asymptotic_formula(name):
     """Extra peak memory is Θ(formula): within a small constant of it, at two lengths."""
     short, long = 64, 256
@@ -357,20 +360,31 @@ class _OperatorLog(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def operators(name: str) -> list[str]:
+def operators(name: str, lengths: tuple[int, ...] = (32, 32)) -> list[str]:
+    """ATen operators of the last of forward calls at ``lengths`` (the first ones warm up)."""
     layer = make_layer(name)
-    x = tokens(1, 32, DIM)
     with torch.no_grad():
-        layer(x)  # tables built here, once
+        for length in lengths[:-1]:
+            layer(tokens(1, length, DIM))  # tables built here
+        x = tokens(1, lengths[-1], DIM)
         with _OperatorLog() as log:
             layer(x)
     return log.names
 
 
-@pytest.mark.parametrize("name", list(SCALED))
+@pytest.mark.parametrize("name", [*SCALED, "rope-dynamic"])
 def test_scaled_rope_runs_the_same_operators_as_rope(name):
-    """PI, NTK and YaRN change only the table values: per call, the same work as RoPE."""
+    """PI, NTK and YaRN change only the table values: per call, the same work as RoPE.
+
+    Dynamic NTK too, as long as the length does not change; a new length past L0 makes
+    it rebuild its tables, where plain RoPE reuses the ones it has.
+    """
     assert operators(name) == operators("rope")
+    grown = (64, 32, 48)
+    if name == "rope-dynamic":
+        assert len(operators(name, grown)) > len(operators("rope", grown))
+    else:
+        assert operators(name, grown) == operators("rope", grown)
 
 
 # --------------------------------------------------------------------------- decay
@@ -415,7 +429,7 @@ def test_learned_distance_profile_flips_with_its_parameters(name):
     assert (term.amax(-1) - term.amin(-1)).min() > 1e-3
 
 
-@pytest.mark.parametrize("kind", ["default", "linear", "ntk", "yarn"])
+@pytest.mark.parametrize("kind", ["default", "linear", "ntk", "yarn", "dynamic"])
 def test_rope_decay_is_of_an_upper_bound(kind):
     """RoFormer's bound decays for plain and scaled frequencies; random scores do not.
 
@@ -684,6 +698,7 @@ TWO_D = {
     "rope-linear": lambda: _rope_2d("linear"),
     "rope-ntk": lambda: _rope_2d("ntk"),
     "rope-yarn": lambda: _rope_2d("yarn"),
+    "rope-dynamic": lambda: _rope_2d("dynamic"),
 }
 
 
