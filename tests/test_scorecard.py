@@ -120,7 +120,6 @@ ALL = [
     "rope-yarn",
     "rope-dynamic",
 ]
-INSIDE_ATTENTION = [n for n in ALL if n not in ("nope", "sinusoidal", "learned")]
 
 
 def make_layer(name: str, **kwargs) -> Layer:
@@ -134,14 +133,18 @@ def tokens(*shape: int, seed: int = 1) -> Tensor:
 
 # --------------------------------------------------------------------------- relative-aware
 
-# Shifting every position by the same amount must leave attention unchanged for a
-# relative scheme (prop-relative) and change it for an absolute one. Dynamic NTK changes
-# its frequencies with the largest position, so a shift past L0 changes it too.
 SHIFT_CHANGES = {"sinusoidal", "learned", "rope-dynamic"}
 
 
 @pytest.mark.parametrize("name", ALL)
 def test_relative_aware(name):
+    """prop-relative: moving every position by 20 leaves attention unchanged, in float64.
+
+    It must, to rounding, for a scheme whose logits depend on positions only through
+    m - n, and must not for an encoding added to the input (its logits contain
+    p_i W p_j, a function of i and j separately). Dynamic NTK recomputes its
+    frequencies from the largest position, so a shift past L0 changes it too.
+    """
     layer = make_layer(name)
     x = tokens(2, 8, DIM)
     base, shifted = torch.arange(8), torch.arange(8) + 20
@@ -277,7 +280,7 @@ def test_offsets_the_logit_tells_apart(name):
 
 
 def test_learned_rows_are_distinct():
-    """prop-unique for a learned table: its rows 0..L_max-1 are independent draws."""
+    """prop-unique for a learned table: at initialization its rows are independent draws."""
     table = LearnedPositionalEncoding(64, DIM).weight.detach().double()
     distances = torch.cdist(table, table) + torch.eye(64) * 1e9
     typical = table.norm(dim=1).mean()
