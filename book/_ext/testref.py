@@ -1,10 +1,11 @@
 """Sphinx role ``{test}`` that links a page to a test in ``tests/``.
 
 Write ``{test}`tests/test_rope.py::test_relative_identity``` (a class method as
-``tests/file.py::TestClass::test_name``, a parametrized case as ``...::test_name[rope]``).
-The role renders the id as code, linked to the test's line in the repository, and the
-build warns (an error under ``-W``) when the file or the function does not exist, so a
-page cannot cite evidence that is not there.
+``tests/file.py::TestClass::test_name``, a parametrized case as ``...::test_name[rope]``),
+or ``{test}`title <tests/...>``` to show a short title instead of the id (in a table
+cell, say). The role renders the id (or the title) as code, linked to the test's line in
+the repository, and the build warns (an error under ``-W``) when the file or the function
+does not exist, so a page cannot cite evidence that is not there.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from sphinx.util.docutils import SphinxRole
 
 logger = logging.getLogger(__name__)
 
+TITLED = re.compile(r"^(?P<title>.*?)\s*<(?P<target>[^<>]+)>$")
 TEST_ID = re.compile(r"^(?P<file>tests/[\w/]+\.py)::(?P<names>[\w:]+?)(?P<param>\[[^\]]*\])?$")
 
 
@@ -53,8 +55,11 @@ def locate_test(root: Path, test_id: str) -> tuple[str, int]:
 
 class TestRole(SphinxRole):
     def run(self) -> tuple[list[nodes.Node], list[nodes.system_message]]:
-        test_id = self.text.strip()
-        literal = nodes.literal(test_id, test_id)
+        text = self.text.strip()
+        titled = TITLED.match(text)
+        test_id = titled["target"].strip() if titled else text
+        title = titled["title"] if titled and titled["title"] else test_id
+        literal = nodes.literal(title, title)
         try:
             file, line = locate_test(Path(self.env.srcdir), test_id)
         except ValueError as error:
