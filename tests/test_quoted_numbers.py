@@ -1,9 +1,10 @@
-"""The closing chapter quotes the measurement chapters' numbers exactly.
+"""The verdict pages quote the measurement chapters' numbers exactly.
 
 ``book/which_encoding.md`` reprints two tables: chapter 12's accuracies (outputs that
-nbval re-executes and compares) and chapter 11's per-layer costs (one recorded run).
-Each quoted row must equal the row the notebook printed, so the page cannot drift from
-the measurements it is grounded in.
+nbval re-executes and compares) and chapter 11's per-layer costs (one recorded run);
+``book/scorecard.md`` quotes the same costs in its cost table. Each quoted number must
+equal the one the notebook printed, so the pages cannot drift from the measurements they
+are grounded in: re-executing chapter 11 makes these tests say which numbers to update.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "book" / "which_encoding.md"
+SCORECARD = ROOT / "book" / "scorecard.md"
 
 
 def notebook_output(name: str, header: str) -> list[str]:
@@ -29,10 +31,10 @@ def notebook_output(name: str, header: str) -> list[str]:
     raise AssertionError(f"{name} prints no output starting with {header!r}")
 
 
-def page_table(first_header: str) -> dict[str, list[str]]:
-    """Rows of the page's pipe table whose first header cell is ``first_header``."""
-    lines = PAGE.read_text(encoding="utf-8").splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
+def page_table(header: str, page: Path = PAGE) -> dict[str, list[str]]:
+    """Rows of the first pipe table on ``page`` whose header row starts with ``header``."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {header} |"))
     rows = {}
     for line in lines[start + 2 :]:
         if not line.startswith("|"):
@@ -55,13 +57,19 @@ def test_accuracy_table_equals_chapter_12_output():
         assert cells == expected[name], name
 
 
-def test_cost_table_equals_chapter_11_output_at_512():
+def chapter_11_costs_at_512() -> dict[str, list[str]]:
+    """Chapter 11's printed parameters, extra MiB and time ratio per encoding at L = 512."""
     printed = notebook_output("11_costs.ipynb", "encoding")
     expected = {}
     for line in printed[1:]:
         name, length, params, memory, _, ratio = line.split()
         if length == "512":
             expected[name] = [params, memory, ratio]
+    return expected
+
+
+def test_cost_table_equals_chapter_11_output_at_512():
+    expected = chapter_11_costs_at_512()
     quoted = page_table("encoding")
     assert set(quoted) == set(expected)
     for name, cells in quoted.items():
@@ -73,3 +81,26 @@ def test_page_table_reads_rows():
     assert rows["learned"][1:] == ["n/a", "n/a", "n/a"]
     with pytest.raises(StopIteration):
         page_table("no such header")
+
+
+SCORECARD_NAMES = {
+    "sinusoidal": "sinusoidal",
+    "learned": "learned",
+    "Shaw": "shaw",
+    "Transformer-XL": "transformer-xl",
+    "T5": "t5",
+    "DeBERTa": "deberta",
+    "ALiBi": "alibi",
+    "RoPE": "rope",
+}
+
+
+def test_scorecard_costs_equal_chapter_11_output_at_512():
+    expected = chapter_11_costs_at_512()
+    quoted = page_table("encoding | parameters", SCORECARD)
+    for row, name in SCORECARD_NAMES.items():
+        _, memory, ratio = expected[name]
+        memory_cell, time_cell = quoted[row][1], quoted[row][2]
+        assert re.search(r"([\d.]+) MiB", memory_cell)[1] == memory, row
+        # the scorecard rounds the time ratio to one decimal
+        assert abs(float(re.match(r"[\d.]+", time_cell)[0]) - float(ratio)) <= 0.051, row
