@@ -83,10 +83,11 @@ def _broken(role: str, text: str, page: str) -> str | None:
 
 
 def _read(page: str) -> str:
-    path = BOOK / page
-    if not path.exists():
-        pytest.skip(f"{page} is not written yet")
-    return path.read_text(encoding="utf-8")
+    return (BOOK / page).read_text(encoding="utf-8")
+
+
+def _has_evidence(text: str) -> bool:
+    return any(role in EVIDENCE_ROLES for role, _ in LINK.findall(text))
 
 
 @pytest.mark.parametrize("page", LINKED_PAGES)
@@ -124,7 +125,7 @@ def test_errata_entry_has_the_fields_and_a_reproduction_link(label, entry):
     if label in CITATION_ONLY:
         assert "{cite}`" in reproduction, f"{label}: cite the paper that decides it"
         return
-    assert any(role in EVIDENCE_ROLES for role, _ in LINK.findall(reproduction)), (
+    assert _has_evidence(reproduction), (
         f"{label}: the reproduction links to no notebook cell, proof or test"
     )
 
@@ -155,27 +156,29 @@ def test_split_row_and_table_rows():
     assert table_rows(table) == [(3, ["x \\| y", "{ref}`z`"]), (7, ["w"])]
 
 
-@pytest.mark.parametrize("page", CELL_PAGES)
-def test_every_scorecard_cell_links_to_evidence(page):
+def _rows(page: str) -> list[tuple[int, list[str]]]:
     rows = table_rows(_read(page))
     assert len(rows) >= 8, f"{page} has {len(rows)} table rows"
+    return rows
+
+
+@pytest.mark.parametrize("page", CELL_PAGES)
+def test_every_scorecard_cell_links_to_evidence(page):
     bare = [
         f"line {line}, column {col + 2}: {cell[:50]!r}"
-        for line, cells in rows
+        for line, cells in _rows(page)
         for col, cell in enumerate(cells[1:])
-        if not any(role in EVIDENCE_ROLES for role, _ in LINK.findall(cell))
+        if not _has_evidence(cell)
     ]
     assert not bare, f"{page}: cells without evidence:\n" + "\n".join(bare)
 
 
 @pytest.mark.parametrize("page", ROW_PAGES)
 def test_every_comparison_row_links_to_evidence(page):
-    rows = table_rows(_read(page))
-    assert len(rows) >= 8, f"{page} has {len(rows)} table rows"
     bare = [
         f"line {line}: {' | '.join(cells)[:60]!r}"
-        for line, cells in rows
-        if not any(role in EVIDENCE_ROLES for role, _ in LINK.findall(" ".join(cells)))
+        for line, cells in _rows(page)
+        if not _has_evidence(" ".join(cells))
     ]
     assert not bare, f"{page}: rows without evidence:\n" + "\n".join(bare)
 
