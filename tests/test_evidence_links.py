@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 import pytest
+from markdown_tables import table_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -128,27 +129,6 @@ def test_errata_entry_has_the_fields_and_a_reproduction_link(label, entry):
     assert _has_evidence(reproduction), (
         f"{label}: the reproduction links to no notebook cell, proof or test"
     )
-
-
-def split_row(line: str) -> list[str]:
-    """Cells of a markdown pipe-table row (``\\|`` is a literal bar)."""
-    cells = re.split(r"(?<!\\)\|", line.strip())
-    return [cell.strip() for cell in cells[1:-1]]
-
-
-def table_rows(text: str) -> list[tuple[int, list[str]]]:
-    """(line number, cells) of every body row of every pipe table in ``text``."""
-    rows, lines = [], text.splitlines()
-    for i, line in enumerate(lines):
-        is_separator = re.fullmatch(r"\s*\|?[\s:|-]+\|?\s*", line) and "-" in line
-        if not line.lstrip().startswith("|") or is_separator:
-            continue
-        previous = lines[i - 1] if i else ""
-        is_header = i + 1 < len(lines) and re.fullmatch(r"\s*\|[\s:|-]+\|\s*", lines[i + 1])
-        if is_header or not previous.lstrip().startswith("|"):
-            continue
-        rows.append((i + 1, split_row(line)))
-    return rows
 
 
 def test_split_row_and_table_rows():

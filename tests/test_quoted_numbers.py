@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+from markdown_tables import table_by_header
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "book" / "which_encoding.md"
@@ -31,17 +32,9 @@ def notebook_output(name: str, header: str) -> list[str]:
     raise AssertionError(f"{name} prints no output starting with {header!r}")
 
 
-def page_table(header: str, page: Path = PAGE) -> dict[str, list[str]]:
-    """Rows of the first pipe table on ``page`` whose header row starts with ``header``."""
-    lines = page.read_text(encoding="utf-8").splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {header} |"))
-    rows = {}
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        rows[cells[0]] = cells[1:]
-    return rows
+def page_table(page: Path, *header: str) -> dict[str, list[str]]:
+    """{first cell: other cells} of the table on ``page`` whose header starts with ``header``."""
+    return table_by_header(page.read_text(encoding="utf-8"), *header)
 
 
 def test_accuracy_table_equals_chapter_12_output():
@@ -51,7 +44,7 @@ def test_accuracy_table_equals_chapter_12_output():
         name, rest = line[:12].strip(), line[12:]
         # four columns of "mean ± std" or "n/a", then an optional training loss
         expected[name] = re.findall(r"\d\.\d\d ± \d\.\d\d|n/a", rest)
-    quoted = page_table("model")
+    quoted = page_table(PAGE, "model")
     assert set(quoted) == set(expected)
     for name, cells in quoted.items():
         assert cells == expected[name], name
@@ -70,17 +63,17 @@ def chapter_11_costs_at_512() -> dict[str, list[str]]:
 
 def test_cost_table_equals_chapter_11_output_at_512():
     expected = chapter_11_costs_at_512()
-    quoted = page_table("encoding")
+    quoted = page_table(PAGE, "encoding")
     assert set(quoted) == set(expected)
     for name, cells in quoted.items():
         assert cells == expected[name], name
 
 
 def test_page_table_reads_rows():
-    rows = page_table("model")
+    rows = page_table(PAGE, "model")
     assert rows["learned"][1:] == ["n/a", "n/a", "n/a"]
-    with pytest.raises(StopIteration):
-        page_table("no such header")
+    with pytest.raises(LookupError):
+        page_table(PAGE, "no such header")
 
 
 SCORECARD_NAMES = {
@@ -97,7 +90,7 @@ SCORECARD_NAMES = {
 
 def test_scorecard_costs_equal_chapter_11_output_at_512():
     expected = chapter_11_costs_at_512()
-    quoted = page_table("encoding | parameters", SCORECARD)
+    quoted = page_table(SCORECARD, "encoding", "parameters")
     for row, name in SCORECARD_NAMES.items():
         _, memory, ratio = expected[name]
         memory_cell, time_cell = quoted[row][1], quoted[row][2]

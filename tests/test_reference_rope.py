@@ -36,6 +36,21 @@ def test_loop_errors():
         rope_loop(torch.zeros(1, 2), torch.tensor([0]), layout="x")
     with pytest.raises(ValueError, match="positions"):
         rope_loop(torch.zeros(2, 2), torch.tensor([0]))
+    with pytest.raises(ValueError, match="even"):
+        rope_loop(torch.zeros(1, 3), torch.tensor([0]))
+    with pytest.raises(ValueError, match="inv_freq"):
+        rope_loop(torch.zeros(1, 4), torch.tensor([0]), inv_freq=[1.0])
+
+
+def test_loop_with_given_frequencies_turns_pair_i_by_m_times_inv_freq_i():
+    # hand-worked: pair 0 by 2 * (pi/2) = pi, pair 1 by 2 * (pi/4) = pi/2 (half layout)
+    x = torch.tensor([[1.0, 1.0, 0.0, 0.0]], dtype=torch.float64)
+    out = rope_loop(x, torch.tensor([2]), layout="half", inv_freq=[math.pi / 2, math.pi / 4])
+    assert torch.allclose(out, torch.tensor([[-1.0, 0.0, 0.0, 1.0]], dtype=torch.float64))
+    # and the default frequencies are base^(-2i/d)
+    default = rope_loop(x, torch.tensor([3]), layout="half")
+    given = rope_loop(x, torch.tensor([3]), layout="half", inv_freq=rope_inv_freq_loop(4))
+    assert torch.equal(default, given)
 
 
 def test_attention_loop_at_position_zero_only_matches_plain_attention_for_one_token():

@@ -27,6 +27,7 @@ from pecode.absolute import (
 from pecode.alibi import ALiBi, alibi_bias_from_positions, alibi_slopes
 from pecode.attention import MultiHeadAttention
 from pecode.reference.relative import t5_bucket_loop
+from pecode.reference.rope import rope_loop
 from pecode.relative import (
     DebertaRelativePosition,
     ShawRelativePosition,
@@ -478,17 +479,6 @@ def grid(shift_row: int = 0, shift_col: int = 0) -> tuple[Tensor, Tensor]:
     return patch // COLS + shift_row, patch % COLS + shift_col
 
 
-def _rotate_loop(vec: list[float], position: int, inv_freq: list[float]) -> list[float]:
-    """Half layout: pair (i, i + d/2) turned by position * θ_i, with math.cos/sin."""
-    half = len(vec) // 2
-    out = list(vec)
-    for i, theta in enumerate(inv_freq):
-        a, b = vec[i], vec[i + half]
-        c, s = math.cos(position * theta), math.sin(position * theta)
-        out[i], out[i + half] = a * c - b * s, a * s + b * c
-    return out
-
-
 def _dot(a, b) -> float:
     return math.fsum(x * y for x, y in zip(a, b, strict=True))
 
@@ -510,6 +500,9 @@ def _rope_2d(kind: str):
                 parts.append(apply_rope(part, cos * factor, sin * factor))
             return torch.cat(parts, -1)
 
+        # unique: one key content rotated to every patch gives distinct vectors
+        same_key = rotate(k[:1].expand(ROWS * COLS, -1))
+        assert torch.cdist(same_key, same_key).add(torch.eye(ROWS * COLS)).min() > 1e-2
         return rotate(q) @ rotate(k).T
 
     def loop(rows, cols):
@@ -520,9 +513,9 @@ def _rope_2d(kind: str):
                 total = 0.0
                 for axis, pos in ((0, rows), (1, cols)):
                     cut = slice(axis * per_axis, (axis + 1) * per_axis)
-                    qi = _rotate_loop(q[i, cut].tolist(), int(pos[i]), freqs)
-                    kj = _rotate_loop(k[j, cut].tolist(), int(pos[j]), freqs)
-                    total += factor**2 * _dot(qi, kj)
+                    qi = rope_loop(q[i : i + 1, cut], pos[i : i + 1], layout="half", inv_freq=freqs)
+                    kj = rope_loop(k[j : j + 1, cut], pos[j : j + 1], layout="half", inv_freq=freqs)
+                    total += factor**2 * _dot(qi[0].tolist(), kj[0].tolist())
                 out[i, j] = total
         return out
 

@@ -25,7 +25,7 @@ from pecode.attention import MultiHeadAttention
 from pecode.reference.relative import t5_bucket_loop
 from pecode.reference.rope import rope_loop
 from pecode.relative import ShawRelativePosition, T5RelativePositionBias, peak_tensor_memory
-from pecode.rope import RotaryEmbedding, apply_rope, rope_cos_sin, rope_inv_freq
+from pecode.rope import RotaryEmbedding, rope_inv_freq
 from pecode.scaling import unseen_angle_pairs
 
 # --- "relative encodings have high computational complexity" (000, §5.1) ----------------
@@ -131,15 +131,8 @@ def _project(x_row: list[float], linear: torch.nn.Linear) -> list[float]:
 
 
 def _rotate_loop(vector: list[float], position: int) -> list[float]:
-    """Half layout: pair (i, i + d/2) turned by position * 10000^(-2i/d), with math."""
-    half = len(vector) // 2
-    out = list(vector)
-    for i in range(half):
-        angle = position * math.pow(10000.0, -2 * i / len(vector))
-        a, b = vector[i], vector[i + half]
-        out[i] = a * math.cos(angle) - b * math.sin(angle)
-        out[i + half] = a * math.sin(angle) + b * math.cos(angle)
-    return out
+    row = torch.tensor([vector], dtype=torch.float64)
+    return rope_loop(row, torch.tensor([position]), layout="half")[0].tolist()
 
 
 def _weights_loop(layer, x, positions, scheme) -> torch.Tensor:
@@ -273,86 +266,6 @@ def test_sinusoidal_and_rope_use_one_frequency_formula_at_every_width(width):
     )
     assert torch.allclose(sinusoidal_frequencies(width), expected, rtol=1e-14, atol=0)
     assert torch.allclose(rope_inv_freq(width, dtype=torch.float64), expected, rtol=1e-14, atol=0)
-
-
-def _sinusoidal_2d(rows: torch.Tensor, cols: torch.Tensor, width: int) -> torch.Tensor:
-    """First half of the features encodes the row, second half the column."""
-    half = width // 2
-    return torch.cat(
-        (
-            sinusoidal_encoding(rows, half, dtype=torch.float64),
-            sinusoidal_encoding(cols, half, dtype=torch.float64),
-        ),
-        dim=-1,
-    )
-
-
-def _rope_2d(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-    """First half of the features turned by the row, second half by the column."""
-    half = x.shape[-1] // 2
-    inv = rope_inv_freq(half, dtype=torch.float64)
-    parts = []
-    for part, pos in ((x[..., :half], rows), (x[..., half:], cols)):
-        cos, sin = rope_cos_sin(pos, inv)
-        parts.append(apply_rope(part, cos, sin))
-    return torch.cat(parts, dim=-1)
-
-
-@pytest.mark.parametrize("scheme", ["sinusoidal", "rope"])
-def test_two_dimensional_positions_by_splitting_the_features(scheme):
-    """Both encodings extend to 2-D positions (image patches) the same way: split the
-    features in two and encode the row with one half, the column with the other. The
-    scores then depend only on the offset (row difference, column difference), checked
-    against a float64 loop."""
-    width = 16
-    grid = torch.cartesian_prod(torch.arange(5), torch.arange(5))  # 25 positions
-    rows, cols = grid[:, 0], grid[:, 1]
-    if scheme == "sinusoidal":  # the dot product of two encodings
-        enc = _sinusoidal_2d(rows, cols, width)
-        scores, moved = enc @ enc.T, _sinusoidal_2d(rows + 7, cols + 3, width)
-        moved_scores = moved @ moved.T
-        half_freqs = [math.pow(10000.0, -2 * i / (width // 2)) for i in range(width // 4)]
-        loop = torch.tensor(
-            [
-                [
-                    sum(math.cos((r1 - r2) * w) + math.cos((c1 - c2) * w) for w in half_freqs)
-                    for r2, c2 in grid.tolist()
-                ]
-                for r1, c1 in grid.tolist()
-            ],
-            dtype=torch.float64,
-        )
-    else:  # the score of a rotated query and key with the same content everywhere
-        g = torch.Generator().manual_seed(1)
-        q, k = torch.randn(2, width, dtype=torch.float64, generator=g)
-        n = len(grid)
-        qs, ks = _rope_2d(q.expand(n, -1), rows, cols), _rope_2d(k.expand(n, -1), rows, cols)
-        scores = qs @ ks.T
-        moved_q = _rope_2d(q.expand(n, -1), rows + 7, cols + 3)
-        moved_k = _rope_2d(k.expand(n, -1), rows + 7, cols + 3)
-        moved_scores = moved_q @ moved_k.T
-        half = width // 2
-
-        def rotated(v, r, c):
-            return torch.cat(
-                (
-                    rope_loop(v[:half].view(1, half), torch.tensor([r]), layout="half")[0],
-                    rope_loop(v[half:].view(1, half), torch.tensor([c]), layout="half")[0],
-                )
-            )
-
-        loop = torch.stack(
-            [
-                torch.stack([rotated(q, r1, c1) @ rotated(k, r2, c2) for r2, c2 in grid.tolist()])
-                for r1, c1 in grid.tolist()
-            ]
-        )
-    assert torch.allclose(scores, loop, atol=1e-12)
-    assert torch.allclose(scores, moved_scores, atol=1e-12)  # a shift of the grid changes nothing
-    # and the 25 positions stay apart: no two encodings (rotated keys) coincide
-    vectors = enc if scheme == "sinusoidal" else ks
-    distances = torch.cdist(vectors, vectors) + torch.eye(len(grid)) * 1e9
-    assert float(distances.min()) > 1e-2
 
 
 # --- "absolute: fixed-length sequences; relative: variable-length" (000, §5.1) ---------

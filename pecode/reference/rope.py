@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -47,30 +48,41 @@ def rope_matrix_loop(position: float, dim: int, base: float = 10000.0) -> Tensor
 
 
 def rope_loop(
-    x: Tensor, positions: Tensor, base: float = 10000.0, layout: str = "interleaved"
+    x: Tensor,
+    positions: Tensor,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+    *,
+    inv_freq: Sequence[float] | None = None,
 ) -> Tensor:
     """Rotate every feature pair of every token, one scalar at a time, in float64.
 
     Pair ``i`` is ``(2i, 2i+1)`` for ``layout="interleaved"`` and ``(i, i + d/2)``
     for ``layout="half"``; the pair ``(a, b)`` at position ``m`` becomes
-    ``(a cos mθ_i - b sin mθ_i, a sin mθ_i + b cos mθ_i)``.
+    ``(a cos mθ_i - b sin mθ_i, a sin mθ_i + b cos mθ_i)``, with
+    ``θ_i = base^(-2i/d)``, or ``inv_freq[i]`` when given (scaled frequencies, say).
 
     Shapes::
 
         x:         [..., L, dim]
         positions: [L]
+        inv_freq:  dim // 2 numbers
         returns:   [..., L, dim] (float64, on the CPU)
 
     Raises:
-        ValueError: ``dim`` is odd, ``positions`` does not have length ``L``, or
-            ``layout`` is unknown.
+        ValueError: ``dim`` is odd, ``positions`` does not have length ``L``,
+            ``inv_freq`` does not have ``dim // 2`` entries, or ``layout`` is unknown.
     """
     if layout not in ("half", "interleaved"):
         raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
     length, dim = x.shape[-2], x.shape[-1]
     if tuple(positions.shape) != (length,):
         raise ValueError(f"positions must have shape [{length}], got {tuple(positions.shape)}")
-    thetas = rope_inv_freq_loop(dim, base)
+    if dim % 2:
+        raise ValueError(f"x's last dimension must be even, got {dim}")
+    thetas = rope_inv_freq_loop(dim, base) if inv_freq is None else [float(t) for t in inv_freq]
+    if len(thetas) != dim // 2:
+        raise ValueError(f"inv_freq must have dim // 2 = {dim // 2} entries, got {len(thetas)}")
     half = dim // 2
     flat = x.detach().double().cpu().reshape(-1, length, dim)
     out = torch.empty_like(flat)
