@@ -1,6 +1,7 @@
 """Repository-wide pytest configuration.
 
-nbval compares a cell's outputs with the committed ones, but not in cells marked
+nbval compares a cell's outputs with the committed ones, exactly or within the cell's
+stated tolerance (``tests/nbval_tolerance.py``), but not in cells marked
 ``# NBVAL_IGNORE_OUTPUT`` (timings, progress bars). So that a warning cannot slip in
 unnoticed there either, every executed notebook cell fails if it wrote to stderr.
 Progress bars must therefore write to stdout (pecode's do).
@@ -9,9 +10,14 @@ Progress bars must therefore write to stdout (pecode's do).
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+sys.path.insert(0, str(Path(__file__).parent / "tests"))  # the test helpers, as tests import them
+pytest_plugins = ["nbval_tolerance", "pytester"]  # pytester: tests/test_nbval_tolerance.py
 
 # Property tests: reproducible in CI, exploratory on a developer's machine.
 settings.register_profile(
