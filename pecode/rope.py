@@ -232,12 +232,28 @@ def _rope_no_grad(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     the cache instead of main memory. On CUDA, with Triton importable, a compiled kernel
     does either layout in one pass (``_rope_fused``).
     """
-    if x.is_cuda and _fused_available():
+    if _use_fused(x):
         try:
             return _rope_fused(x, cos, sin, layout)
         except Exception:  # a compiler failure must not cost correctness: go eager
             _FUSED["broken"] = True
     return _rope_eager(x, cos, sin, layout)
+
+
+def _use_fused(x: Tensor) -> bool:
+    """Whether ``_rope_no_grad`` compiles: a large CUDA input, outside any dispatch mode.
+
+    Small inputs (a decode step, a notebook's examples) gain nothing from one fused
+    pass, and every new shape, dtype or layout costs a recompilation, which dynamo
+    limits and warns about. Under a ``TorchDispatchMode`` (a memory tracker, say)
+    ``torch.compile`` refuses to run, so the eager passes are what would be measured.
+    """
+    return (
+        x.is_cuda
+        and x.numel() * x.element_size() >= _MIN_BLOCKED_BYTES
+        and torch._C._len_torch_dispatch_stack() == 0
+        and _fused_available()
+    )
 
 
 def _rope_eager(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:

@@ -34,7 +34,7 @@ def _gpu(kind: str) -> contextlib.AbstractContextManager:
     return FakeTensorMode()
 
 
-@pytest.mark.parametrize("kind", ["fake-gpu", "gpu"])
+@pytest.mark.parametrize("kind", ["fake-gpu", pytest.param("gpu", marks=pytest.mark.cuda)])
 def test_relative_index_device(kind):
     """errata-000-relative-index-device: an index built without ``device=`` stays on the CPU.
 

@@ -579,6 +579,7 @@ def test_compilable_math_traces_and_matches(layout):
     )
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -603,6 +604,23 @@ def test_fused_path_is_off_without_cuda_and_falls_back_when_broken(monkeypatch):
     x = torch.randn(3, 8, dtype=torch.float64)  # a CPU tensor never takes the fused path
     cos, sin = rope_cos_sin(torch.arange(3), rope_inv_freq(8, dtype=torch.float64))
     assert torch.allclose(apply_rope(x, cos, sin), rope_loop(x, torch.arange(3), layout="half"))
+
+
+def test_fused_path_needs_a_large_cuda_input_outside_dispatch_modes(monkeypatch):
+    # compiling pays off only for large inputs (each new shape recompiles), and under a
+    # dispatch mode (a memory tracker) torch.compile would not run at all
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from pecode import rope
+
+    monkeypatch.setitem(rope._FUSED, "available", True)
+    monkeypatch.setitem(rope._FUSED, "broken", False)
+    large = rope._MIN_BLOCKED_BYTES // 4
+    assert not rope._use_fused(torch.empty(large))  # on the CPU
+    with FakeTensorMode():
+        on_gpu = torch.empty(large, device="cuda")
+        assert on_gpu.is_cuda
+        assert not rope._use_fused(on_gpu)  # the fake-tensor mode is a dispatch mode
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
