@@ -1,13 +1,16 @@
 # The two commands of README.md, plus a few for authors.
-#   make book   build the HTML book into _build/html (creates .venv on first use)
-#   make test   run every test: unit, property, proofs, notebooks (nbval), book build
+#   make book             build the HTML book into _build/html (creates .venv on first use)
+#   make test             run every test: unit, property, proofs, notebooks (nbval), book build
+#   make test-other-cpu   the notebooks again, computed as another CPU would (CI runs it too)
+#   make gpu-wheels       (with network) the wheels that make test-gpu installs
+#   make test-gpu         (on a CUDA machine with PyTorch, no network needed) notebooks on the GPU
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: book test execute lint clean
+.PHONY: book test test-other-cpu gpu-wheels test-gpu execute lint clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.10 or newer is needed" if sys.version_info < (3, 10) else 0)'
@@ -22,6 +25,46 @@ book: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# Every notebook once more, as a CPU without AVX-512 computes it: ATen's AVX2 kernels,
+# MKL's SSE2-compatible code path (other BLAS rounding), one thread (other reductions).
+# The committed outputs must still pass: they are properties of the math, not of the
+# machine that wrote them (tests/nbval_tolerance.py says how numbers are compared).
+test-other-cpu: $(STAMP)
+	ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 $(BIN)/python -m pytest notebooks
+
+# The GPU run, for a CUDA machine that has PyTorch (and pytest, sympy, matplotlib,
+# hypothesis, numpy, tqdm) but no network. First, on a machine with network, fetch the
+# Jupyter packages it lacks, as wheels for its Python (GPU_PYTHON, default 3.12), pinned
+# as in requirements.txt; copy the folder along with the checkout.
+GPU_PYTHON ?= 3.12
+GPU_WHEELS := .gpu-wheels
+GPU_PACKAGES := nbval ipykernel nbclient nbformat
+
+gpu-wheels:
+	$(PYTHON) -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+		--python-version $(GPU_PYTHON) --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
+		-c requirements.txt -d $(GPU_WHEELS) $(GPU_PACKAGES)
+	@echo "Wheels for Python $(GPU_PYTHON) in $(GPU_WHEELS)/"
+
+# On the GPU machine: the wheels unpacked into a folder on PYTHONPATH beside the
+# machine's own PyTorch (a venv made from a venv's Python would not see it), pecode from
+# this checkout; then every notebook under nbval on the GPU, against the same committed
+# outputs as on the CPU, and the tests marked `cuda`.
+GPU_SITE := .gpu-site
+GPU_ENV := PYTHONPATH=$(CURDIR)/$(GPU_SITE):$(CURDIR)
+# the machine's own pytest plugins stay out; nbval is loaded by name
+GPU_PYTEST := $(GPU_ENV) PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(PYTHON) -m pytest -p nbval.plugin \
+	-p no:cacheprovider
+
+test-gpu:
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-index --no-deps \
+		--no-compile --upgrade --target $(GPU_SITE) $(GPU_WHEELS)/*.whl
+	$(GPU_ENV) $(PYTHON) -c 'import sys, torch; \
+		sys.exit(0 if torch.cuda.is_available() else "make test-gpu needs a CUDA device")'
+	$(GPU_PYTEST) notebooks
+	$(GPU_PYTEST) -m cuda $(shell grep -l 'mark.cuda' tests/test_*.py)
 
 # Authors: re-execute notebooks after changing them or pecode (NB=notebooks/01_x.ipynb for one).
 execute: $(STAMP)
