@@ -4,13 +4,14 @@
 #   make test-other-cpu   the notebooks again, computed as another CPU would (CI runs it too)
 #   make gpu-wheels       (with network) the wheels that make test-gpu installs
 #   make test-gpu         (on a CUDA machine with PyTorch, no network needed) notebooks on the GPU
+#   make test-oldest      pecode's unit tests on the oldest versions pyproject.toml accepts
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: book test test-other-cpu gpu-wheels test-gpu execute lint clean
+.PHONY: book test test-other-cpu gpu-wheels test-gpu test-oldest execute lint clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.10 or newer is needed" if sys.version_info < (3, 10) else 0)'
@@ -65,6 +66,25 @@ test-gpu:
 		sys.exit(0 if torch.cuda.is_available() else "make test-gpu needs a CUDA device")'
 	$(GPU_PYTEST) notebooks
 	$(GPU_PYTEST) -m cuda $(shell grep -l 'mark.cuda' tests/test_*.py)
+
+# pecode's unit tests (not the notebooks or the book) on the lower bounds of
+# pyproject.toml, in a venv of their own, so that the declared range is a tested one.
+# On Linux, PyPI's torch is a CUDA build (several GB); pass
+# OLDEST_TORCH_INDEX="--index-url https://download.pytorch.org/whl/cpu" for the CPU build.
+OLDEST_VENV := .venv-oldest
+OLDEST_TORCH_INDEX ?=
+OLDEST_PINS := numpy==1.24.4 sympy==1.13.3 matplotlib==3.7.0 tqdm==4.60.0 \
+	pytest==9.2.0 hypothesis==6.170.15 PyYAML==6.0.3
+BOOK_TESTS := book config evidence_links quoted_numbers style nbval_tolerance
+PACKAGE_TESTS := $(filter-out $(BOOK_TESTS:%=tests/test_%.py),$(wildcard tests/test_*.py))
+
+test-oldest:
+	test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		$(OLDEST_TORCH_INDEX) torch==2.7.0
+	$(OLDEST_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(OLDEST_PINS)
+	$(OLDEST_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(OLDEST_VENV)/bin/python -m pytest -o addopts="" -p no:cacheprovider $(PACKAGE_TESTS)
 
 # Authors: re-execute notebooks after changing them or pecode (NB=notebooks/01_x.ipynb for one).
 execute: $(STAMP)

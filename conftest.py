@@ -9,6 +9,7 @@ Progress bars must therefore write to stdout (pecode's do).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -17,7 +18,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).parent / "tests"))  # the test helpers, as tests import them
-pytest_plugins = ["nbval_tolerance", "pytester"]  # pytester: tests/test_nbval_tolerance.py
+pytest_plugins = ["pytester"]  # for tests/test_nbval_tolerance.py
+if importlib.util.find_spec("nbval"):  # absent where only pecode's unit tests run (test-oldest)
+    pytest_plugins.append("nbval_tolerance")
 
 # Property tests: reproducible in CI, exploratory on a developer's machine.
 settings.register_profile(

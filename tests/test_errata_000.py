@@ -49,7 +49,8 @@ def test_relative_index_device(kind):
         cpu_positions = torch.arange(length)  # no device=, as in the listing
         cpu_index = shaw_relative_index(cpu_positions, cpu_positions, k)
         assert cpu_index.device.type == "cpu"
-        with pytest.raises(RuntimeError, match="same device"):
+        # torch 2.13 says "same device"; fake tensors of torch 2.7-2.12 "different devices"
+        with pytest.raises(RuntimeError, match="same device|different devices"):
             F.embedding(cpu_index, table)
         positions = torch.arange(length, device=table.device)
         looked_up = F.embedding(shaw_relative_index(positions, positions, k), table)
