@@ -1,7 +1,7 @@
 # The two commands of README.md, plus a few for authors.
 #   make book             build the HTML book into _build/html (creates .venv on first use)
 #   make test             run every test: unit, property, proofs, notebooks (nbval), book build
-#   make test-other-cpu   the notebooks again, computed as another CPU would (CI runs it too)
+#   make test-other-cpu   the notebooks again, with other float kernels (CI runs it too)
 #   make gpu-wheels       (with network) the wheels that make test-gpu installs
 #   make test-gpu         (on a CUDA machine with PyTorch, no network needed) notebooks on the GPU
 #   make test-oldest      pecode's unit tests on the oldest versions pyproject.toml accepts
@@ -27,8 +27,9 @@ book: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-# Every notebook once more, as a CPU without AVX-512 computes it: ATen's AVX2 kernels,
-# MKL's SSE2-compatible code path (other BLAS rounding), one thread (other reductions).
+# Every notebook once more, with other float kernels than make test's on an AVX-512 CPU:
+# ATen's AVX2 kernels, MKL's conditional-reproducibility compatible code path (another
+# BLAS rounding), one thread (other reductions).
 # The committed outputs must still pass: they are properties of the math, not of the
 # machine that wrote them (tests/nbval_tolerance.py says how numbers are compared).
 test-other-cpu: $(STAMP)
@@ -54,7 +55,7 @@ gpu-wheels:
 # this checkout; then every notebook under nbval on the GPU, against the same committed
 # outputs as on the CPU, and the tests marked `cuda`.
 GPU_SITE := .gpu-site
-GPU_ENV := PYTHONPATH=$(CURDIR)/$(GPU_SITE):$(CURDIR)
+GPU_ENV := PYTHONPATH=$(CURDIR)/$(GPU_SITE):$(CURDIR) PECODE_DEVICE=cuda
 # the machine's own pytest plugins stay out; nbval is loaded by name
 GPU_PYTEST := $(GPU_ENV) PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(PYTHON) -m pytest -p nbval.plugin \
 	-p no:cacheprovider

@@ -7,11 +7,14 @@ the other way when the float kernels (AVX-512, AVX2, no SIMD, CUDA), the BLAS, t
 count or the device change the computation's last bits. This plugin keeps nbval's
 comparison and relaxes only the numbers:
 
-* text, the count of numbers, and integers (``24``, ``-3``) must be identical;
-* a decimal number (``0.55``, ``5.5e-08``) of the fresh output may differ from the
-  committed one in the same place by one unit in the committed number's last printed
-  digit ``u`` (``0.55``: ``u = 0.01``; ``5.5e-08``: ``u = 1e-09``; an exact ``0.0e+00``
-  has ``u = 0``): the printout's own rounding;
+* text, the count of numbers, and integers (``24``, ``-3``, the ``24`` of ``24.``) must
+  be identical, up to the spaces that pad a column whose number changed its width;
+* a decimal number (``0.55``, ``5.5e-08``) of the fresh output, spelt alike (the same
+  notation and number of decimals), may differ from the committed one in the same
+  place by one unit in the committed number's last printed digit ``u`` (``0.55``:
+  ``u = 0.01``; ``5.5e-08``: ``u = 1e-09``): the printout's own rounding. A number in
+  scientific notation with a one-digit mantissa (``1e-07``, an exact ``0.0e+00``) has
+  ``u = 0``: a unit there would be a change by a factor of two or more;
 * a cell whose numbers can move further states how far, with a reason, in its metadata::
 
       "tolerance": {"rtol": 0.05, "atol": 0.0, "why": "float32 matmul: BLAS-dependent"}
@@ -41,9 +44,10 @@ from nbval.plugin import IPyNbCell, IPyNbFile
 METADATA_KEY = "tolerance"
 
 # A number not glued to a word or to another number: "0.55", "-0.271", "5.5e-08", "1e6",
-# "24". Not the 1 of "x1", "fp16" or "10^(1-2/d)"'s "(1", nor the parts of "2.13.0".
+# "24". Not the 1 of "x1", "fp16" or "10^(1-2/d)"'s "(1", nor the parts of "2.13.0"; the
+# "24" of "there are 24." is an integer followed by a full stop.
 NUMBER = re.compile(
-    r"(?<![\w.])[-+]?(?:\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d+)"
+    r"(?<![\w.])[-+]?(?:\d+\.\d+(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d+)"
     r"(?!\w|\.\d)"
 )
 
@@ -94,51 +98,70 @@ def is_integer_literal(token: str) -> bool:
     return token.lstrip("+-").isdigit()
 
 
-def last_digit_unit(token: str) -> float:
-    """One unit in the last printed digit: ``0.55`` -> 0.01, ``5.5e-08`` -> 1e-09, ``1e6`` -> 1e6.
+def _spelling(token: str) -> tuple[bool, int]:
+    """(scientific notation?, digits after the decimal point of the mantissa)."""
+    mantissa, e, _ = token.lower().partition("e")
+    return bool(e), len(mantissa.partition(".")[2])
 
-    A zero in scientific notation (``0.0e+00``) gets 0: only an exact zero prints so.
+
+def last_digit_unit(token: str) -> float:
+    """One unit in the last printed digit: ``0.55`` -> 0.01, ``5.5e-08`` -> 1e-09.
+
+    Scientific notation with a one-digit mantissa (``1e-07``, ``0.0e+00`` is an exact
+    zero) gets 0: such a number is a constant of a label, or its last digit is its only
+    one, and a unit there would be a change by a factor of two or ten.
     """
+    scientific, decimals = _spelling(token)
     mantissa, _, exponent = token.lower().partition("e")
-    if exponent and float(mantissa) == 0:
+    if scientific and (decimals == 0 or float(mantissa) == 0):
         return 0.0
-    _, _, decimals = mantissa.partition(".")
-    return 10.0 ** (int(exponent or 0) - len(decimals))
+    return 10.0 ** (int(exponent or 0) - decimals)
 
 
 def within(committed: str, fresh: str, tolerance: Tolerance) -> bool:
-    """Whether the fresh number token may stand for the committed one."""
+    """Whether the fresh number token may stand for the committed one.
+
+    Both must be spelt alike (the same notation and number of decimals) and decimal;
+    an integer must be equal.
+    """
     if committed == fresh:
         return True
     if is_integer_literal(committed) or is_integer_literal(fresh):
+        return False
+    if _spelling(committed) != _spelling(fresh):
         return False
     r, t = float(committed), float(fresh)
     bound = tolerance.atol + tolerance.rtol * abs(r) + last_digit_unit(committed)
     return abs(t - r) <= bound * (1 + 1e-9)  # the slack absorbs the decimal-to-binary step
 
 
-def _layout(parts: list[str]) -> list[str]:
-    """The text between numbers with runs of spaces collapsed: a number that gains a
-    character (``0.001`` -> ``-0.001``) shifts the padding of a right-aligned column."""
-    return [re.sub(" +", " ", part) for part in parts]
+def _same_layout(committed: str, fresh: str) -> bool:
+    """The text between the numbers is the same, or it differs only in the spaces that
+    pad a column: a number that gains a character (``0.000`` -> ``-0.001``) shifts its
+    padding, but the line keeps its length."""
+    committed_parts, fresh_parts = NUMBER.split(committed), NUMBER.split(fresh)
+    if committed_parts == fresh_parts:
+        return True
+    return len(committed) == len(fresh) and [p.strip(" ") for p in committed_parts] == [
+        p.strip(" ") for p in fresh_parts
+    ]
 
 
 def snap(committed: str, fresh: str, tolerance: Tolerance) -> str:
     """``fresh`` with every number within ``tolerance`` of the committed one spelt as committed.
 
     If every number is within tolerance and the text around them is the same (up to
-    runs of spaces), the committed string comes back. If only some numbers are, those
-    are respelt. If the text or the count of numbers differs, ``fresh`` comes back
+    a column's padding), the committed string comes back. If only some numbers are,
+    those are respelt. If the text or the count of numbers differs, ``fresh`` comes back
     unchanged, and the exact comparison after this one reports the change.
     """
-    committed_parts, fresh_parts = NUMBER.split(committed), NUMBER.split(fresh)
-    if _layout(committed_parts) != _layout(fresh_parts):
+    if not _same_layout(committed, fresh):
         return fresh
     pairs = list(zip(NUMBER.findall(committed), NUMBER.findall(fresh), strict=True))
     if all(within(r, t, tolerance) for r, t in pairs):
         return committed
-    out = [fresh_parts[0]]
-    for (r, t), part in zip(pairs, fresh_parts[1:], strict=True):
+    out = [NUMBER.split(fresh)[0]]
+    for (r, t), part in zip(pairs, NUMBER.split(fresh)[1:], strict=True):
         out += [r if within(r, t, tolerance) else t, part]
     return "".join(out)
 

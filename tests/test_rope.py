@@ -583,11 +583,19 @@ def test_compilable_math_traces_and_matches(layout):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_cuda_path_matches_the_cpu_path(layout, dtype):
-    x = torch.randn(2, 4, 33, 16).to(dtype)
-    cos, sin = rope_cos_sin(torch.arange(33) * 5, rope_inv_freq(16))
+@pytest.mark.parametrize("shape", [(2, 4, 33, 16), (2, 8, 1025, 64)], ids=["small", "fused"])
+def test_cuda_path_matches_the_cpu_path(layout, dtype, shape):
+    from pecode import rope
+
+    x = torch.randn(shape).to(dtype)
+    length, dim = shape[-2:]
+    cos, sin = rope_cos_sin(torch.arange(length) * 5, rope_inv_freq(dim))
     want = apply_rope(x, cos, sin, layout)
-    got = apply_rope(x.cuda(), cos.cuda(), sin.cuda(), layout).cpu()
+    on_gpu = x.cuda()
+    large = on_gpu.numel() * on_gpu.element_size() >= rope._MIN_BLOCKED_BYTES
+    assert rope._use_fused(on_gpu) == (large and rope._fused_available())
+    got = apply_rope(on_gpu, cos.cuda(), sin.cuda(), layout).cpu()
+    assert not rope._FUSED.get("broken", False)  # the compiled kernel did not fail
     tol = 1e-6 if dtype == torch.float32 else 1e-2
     assert got.dtype == dtype
     assert float((got.float() - want.float()).abs().max()) <= tol
