@@ -11,6 +11,11 @@ book gives the index argument that covers all ``n``.
 
 In a notebook a :class:`~pecode.proofs.core.Proof` renders its steps as Markdown with LaTeX.
 
+Every proof can fail: a step whose sides are equal before simplification is marked as a
+definition and proves nothing, and every proof has a false neighbour that fails at a
+named step. Each submodule lists its proofs with their neighbours in ``CASES``;
+:func:`catalogue` gathers them, and the tests walk it.
+
 Submodules hold the proofs of one chapter or family each; the names below are
 re-exported for convenience.
 """
@@ -20,14 +25,36 @@ from pecode.proofs.attention import (
     permutation_matrix,
     softmax_rows,
 )
-from pecode.proofs.core import Proof, Step, is_zero, residual
+from pecode.proofs.core import Proof, ProofCase, Step, is_zero, residual
 
 __all__ = [
     "Proof",
+    "ProofCase",
     "Step",
     "attention_permutation_equivariance",
+    "catalogue",
     "is_zero",
     "permutation_matrix",
     "residual",
     "softmax_rows",
 ]
+
+MODULES = ("alibi", "attention", "euler", "relative", "rope", "scaling", "sinusoidal")
+"""The submodules that state proofs, one per chapter or family."""
+
+
+def catalogue() -> dict[str, ProofCase]:
+    """Every proof the book states, with its false neighbour: the submodules' ``CASES``.
+
+    Raises:
+        ValueError: two cases share a name.
+    """
+    import importlib
+
+    cases: dict[str, ProofCase] = {}
+    for name in MODULES:
+        for case in getattr(importlib.import_module(f"pecode.proofs.{name}"), "CASES", ()):
+            if case.name in cases:
+                raise ValueError(f"two proof cases are named {case.name!r}")
+            cases[case.name] = case
+    return cases

@@ -1,11 +1,19 @@
 """The proof machinery: a :class:`Proof` is a list of :class:`Step`\\ s with residuals.
 
+A step proves something only if it could have failed: if its two sides are already
+equal as sympy builds them (``m*(θ/s)`` and ``(m/s)*θ`` are one object), its residual
+is zero whatever the mathematics, and it is a definition or a restatement. Such a step
+must say so (``by_definition=True``): it is shown "by definition", without a check mark,
+and it does not count as proof. Every proof the book states comes with a false
+neighbour (:class:`ProofCase`), the same derivation of a plausibly wrong claim, which
+must fail at a named step.
+
 See :mod:`pecode.proofs` for how the book uses them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -13,7 +21,7 @@ from typing import Any
 import sympy as sp
 from sympy.matrices.expressions.matexpr import MatrixExpr
 
-__all__ = ["Proof", "Step", "is_zero", "residual"]
+__all__ = ["Proof", "ProofCase", "Step", "equal_as_built", "is_zero", "residual"]
 
 
 def residual(lhs: Any, rhs: Any, subs: Mapping[Any, Any] | None = None) -> Any:
@@ -43,6 +51,26 @@ def is_zero(value: Any) -> bool:
     return value == 0
 
 
+def equal_as_built(lhs: Any, rhs: Any) -> bool:
+    """True when ``lhs - rhs`` is zero before any simplification.
+
+    That is, sympy's automatic evaluation alone (canonical ordering of products and
+    sums, collection of numbers, cancellation of identical terms) already makes the two
+    sides one object: comparing them checks nothing.
+    """
+    if lhs == rhs:
+        return True
+    try:
+        diff = lhs - rhs
+    except (TypeError, ValueError, sp.ShapeError):
+        return False
+    if isinstance(diff, sp.MatrixBase):
+        return all(entry == 0 for entry in diff)
+    if isinstance(diff, MatrixExpr):
+        return bool(diff.is_ZeroMatrix)
+    return sp.sympify(diff) == 0
+
+
 @dataclass(frozen=True)
 class Step:
     """One step of a proof: the claim ``lhs = rhs``, checked by sympy.
@@ -53,6 +81,9 @@ class Step:
         subs: assumptions substituted before simplifying, e.g. ``{P.T*P: I}``.
         latex: how to display the claim when the sides are too large to print
             (for example a check over every permutation); defaults to ``lhs = rhs``.
+        by_definition: the step defines a name or restates a side in other words; it is
+            shown without a check mark and proves nothing. A step whose sides are
+            equal as built (:func:`equal_as_built`) must be marked so.
     """
 
     text: str
@@ -60,6 +91,12 @@ class Step:
     rhs: Any
     subs: Mapping[Any, Any] | None = None
     latex: str | None = None
+    by_definition: bool = False
+
+    @property
+    def is_restatement(self) -> bool:
+        """True when the sides are equal before any simplification (:func:`equal_as_built`)."""
+        return equal_as_built(self.lhs, self.rhs)
 
     @cached_property
     def residual(self) -> Any:
@@ -103,10 +140,25 @@ class Proof:
         """1-based numbers of the steps whose residual is not zero."""
         return [i for i, step in enumerate(self.steps, start=1) if not step.holds]
 
+    def unmarked_restatements(self) -> list[int]:
+        """1-based numbers of the steps that are equal as built but not marked ``by_definition``."""
+        return [
+            i
+            for i, step in enumerate(self.steps, start=1)
+            if step.is_restatement and not step.by_definition
+        ]
+
+    def derived_steps(self) -> list[int]:
+        """1-based numbers of the steps that count as proof (not marked ``by_definition``)."""
+        return [i for i, step in enumerate(self.steps, start=1) if not step.by_definition]
+
     def _repr_markdown_(self) -> str:
         lines = [f"**{self.title}.** {self.claim}", ""]
         for number, step in enumerate(self.steps, start=1):
-            verdict = "residual $0$ ✓" if step.holds else "residual **not zero** ✗"
+            if step.by_definition:
+                verdict = "by definition" if step.holds else "definition, **not equal** ✗"
+            else:
+                verdict = "residual $0$ ✓" if step.holds else "residual **not zero** ✗"
             lines += [f"{number}. {step.text} ({verdict})", "", f"   $${step.to_latex()}$$", ""]
         failing = self.failing_steps()
         if failing:
@@ -118,3 +170,22 @@ class Proof:
     def __repr__(self) -> str:
         status = "holds" if self.holds() else f"fails at steps {self.failing_steps()}"
         return f"Proof({self.title!r}: {len(self.steps)} steps, {status})"
+
+
+@dataclass(frozen=True)
+class ProofCase:
+    """A proof the book states and its false neighbour.
+
+    Args:
+        name: the proof function's name, ``module.function`` (with its arguments
+            where one function states several proofs, e.g. ``rope.relative_shift``).
+        build: returns the proof, which must hold.
+        mutant: returns the same derivation of a plausibly wrong claim (a flipped sign,
+            an exponent off by one, a swapped index, a wrong weight).
+        fails_at: the 1-based steps at which the mutant fails, exactly.
+    """
+
+    name: str
+    build: Callable[[], Proof]
+    mutant: Callable[[], Proof]
+    fails_at: tuple[int, ...]
