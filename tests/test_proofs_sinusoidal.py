@@ -8,16 +8,15 @@ import pytest
 import sympy as sp
 import torch
 
-from pecode.absolute import sinusoidal_encoding, sinusoidal_table
-from pecode.proofs.core import Step
+from pecode.absolute import sinusoidal_encoding, sinusoidal_frequencies, sinusoidal_table
 from pecode.proofs.sinusoidal import (
     BASE,
+    I_,
     POS,
+    D,
     K,
-    _TrigStep,
     frequency_exp_log_form,
     sinusoidal_dot_product,
-    sinusoidal_pair,
     sinusoidal_shift_is_rotation,
     sinusoidal_shift_matrix,
 )
@@ -26,12 +25,23 @@ from pecode.proofs.sinusoidal import (
 def test_exp_log_form():
     proof = frequency_exp_log_form()
     assert proof.holds(), proof.failing_steps()
+    assert proof.steps[0].by_definition  # 1/b^x and b^-x are one sympy object
 
 
-def test_a_wrong_exp_log_form_fails():
-    i, d = sp.symbols("i d", positive=True)
-    # the log must multiply 2i/d, not i/d
-    assert not Step("wrong", BASE ** (-2 * i / d), sp.exp(-(i / d) * sp.log(BASE))).holds
+@pytest.mark.parametrize("dim", [4, 512])
+def test_the_listing_step_is_the_frequencies_pecode_computes(dim):
+    # step 3's left side, the exp/log listing, at b = 10000 against the float64 power
+    listing = frequency_exp_log_form().steps[2].lhs.subs({BASE: 10000, D: dim})
+    values = [float(listing.subs(I_, i)) for i in range(dim // 2)]
+    assert torch.allclose(torch.tensor(values, dtype=torch.float64), sinusoidal_frequencies(dim))
+
+
+def test_the_exponent_off_by_one_fails_at_the_listing_step():
+    proof = frequency_exp_log_form(column_offset=1)
+    assert proof.failing_steps() == [3]
+    # the residual is the odd column's frequency minus the even one's: b^{-1/d} too small
+    ratio = sp.simplify(proof.steps[2].lhs / proof.steps[2].rhs)
+    assert sp.simplify(ratio - BASE ** (-1 / D)) == 0
 
 
 @pytest.mark.parametrize("dim", [2, 4, 6])
@@ -47,25 +57,21 @@ def test_dot_product_depends_on_offset_only(dim):
     assert POS not in proof.steps[2].rhs.free_symbols
 
 
-def test_the_transposed_rotation_is_caught():
-    omega = sp.Symbol("w", positive=True)
-    M = sinusoidal_shift_matrix(K, 2, BASE)
-    wrong = _TrigStep(
-        "wrong direction",
-        M.T * sinusoidal_pair(POS, omega),
-        sinusoidal_pair(POS + K, omega),
-    )
-    assert not wrong.holds
+def test_the_transposed_block_is_a_rotation_but_the_wrong_one():
+    # the usual (cos, sin) convention, -sin in the upper right: still orthogonal with
+    # determinant 1 and composing (steps 4 to 6 hold), but it turns the (sin, cos) plane
+    # the wrong way, so PE(pos + k) = M_k PE(pos) fails, per pair and for the whole vector
+    proof = sinusoidal_shift_is_rotation(sine_sign=-1)
+    assert proof.failing_steps() == [1, 2]
+    assert all(proof.steps[n].holds for n in (3, 4, 5))
 
 
-def test_sine_and_cosine_of_different_frequencies_are_caught():
-    # the pairing of column 2i+1 with the frequency of column 2i is what makes it work
-    w1, w2 = sp.symbols("w1 w2", positive=True)
-    a = sp.Matrix([sp.sin(POS * w1), sp.cos(POS * w2)])
-    b = sp.Matrix([sp.sin((POS + K) * w1), sp.cos((POS + K) * w2)])
-    step = _TrigStep("mismatched", (a.T * b)[0], (sp.cos(K * w1) + sp.cos(K * w2)) / 2)
-    assert not step.holds
-    assert POS in step.residual.free_symbols
+def test_source_003_table_has_a_dot_product_that_depends_on_pos():
+    # source 003 gives the cosine of pair i the next column's frequency b^{-(2i+1)/d}
+    proof = sinusoidal_dot_product(cos_offset=1)
+    assert proof.failing_steps() == [1, 2, 3, 4]
+    assert POS in proof.steps[0].residual.free_symbols
+    assert POS in proof.steps[2].residual.free_symbols
 
 
 def test_bad_dims_are_refused():

@@ -4,17 +4,17 @@ A proof is a list of :class:`~pecode.proofs.core.Step`\\ s. Each step states ``l
 computes its *residual*, ``lhs - rhs`` simplified (after the step's stated
 assumptions are substituted). A step holds when its residual is exactly zero; a
 proof holds when all its steps do. Where a statement is about every size ``n``,
-the algebra is done with symbolic matrices (``sympy.MatrixSymbol`` of symbolic
-shape); where it needs explicit entries (a softmax), it is checked for every
-permutation of ``n`` tokens with fully symbolic entries, and the prose of the
-book gives the index argument that covers all ``n``.
+the algebra is done with symbolic sizes: matrix symbols of symbolic shape, symbolic sums
+and induction steps, and, where entries are needed (a softmax), index notation with a
+symbolic size (a permutation matrix as ``P_{ik} = δ_{σ(i)k}``, with sums from 0 to
+``n - 1`` that sympy evaluates). What is only checked for small sizes is said so.
 
 In a notebook a :class:`~pecode.proofs.core.Proof` renders its steps as Markdown with LaTeX.
 
 Every proof can fail: a step whose sides are equal before simplification is marked as a
 definition and proves nothing, and every proof has a false neighbour that fails at a
 named step. Each submodule lists its proofs with their neighbours in ``CASES``;
-:func:`catalogue` gathers them, and the tests walk it.
+:func:`~pecode.proofs.catalogue` gathers them, and the tests walk it.
 
 Submodules hold the proofs of one chapter or family each; the names below are
 re-exported for convenience.

@@ -4,9 +4,11 @@ A step proves something only if it could have failed: if its two sides are alrea
 equal as sympy builds them (``m*(θ/s)`` and ``(m/s)*θ`` are one object), its residual
 is zero whatever the mathematics, and it is a definition or a restatement. Such a step
 must say so (``by_definition=True``): it is shown "by definition", without a check mark,
-and it does not count as proof. Every proof the book states comes with a false
-neighbour (:class:`ProofCase`), the same derivation of a plausibly wrong claim, which
-must fail at a named step.
+and it does not count as proof. A step whose substitutions alone make its sides equal
+(an evaluation at a point, a hypothesis put in) is shown "by substitution": it can fail
+when the expression or the value is wrong, but its work is the substitution. Every
+proof the book states comes with a false neighbour (:class:`ProofCase`), the same
+derivation of a plausibly wrong claim, which must fail at a named step.
 
 See :mod:`pecode.proofs` for how the book uses them.
 """
@@ -98,6 +100,23 @@ class Step:
         """True when the sides are equal before any simplification (:func:`equal_as_built`)."""
         return equal_as_built(self.lhs, self.rhs)
 
+    @property
+    def by_substitution(self) -> bool:
+        """True when the step's substitutions alone make the sides equal as built.
+
+        Such a step is an evaluation: it fails if the expression or the substituted
+        value is wrong, but sympy's work in it is the substitution and its automatic
+        arithmetic, not a simplification. It is shown "by substitution".
+        """
+        if not self.subs or self.is_restatement:
+            return False
+        values = dict(self.subs)
+
+        def substituted(side: Any) -> Any:
+            return side.subs(values) if hasattr(side, "subs") else side
+
+        return equal_as_built(substituted(self.lhs), substituted(self.rhs))
+
     @cached_property
     def residual(self) -> Any:
         """The simplified ``lhs - rhs`` after the assumptions are substituted."""
@@ -157,8 +176,12 @@ class Proof:
         for number, step in enumerate(self.steps, start=1):
             if step.by_definition:
                 verdict = "by definition" if step.holds else "definition, **not equal** ✗"
+            elif not step.holds:
+                verdict = "residual **not zero** ✗"
+            elif step.by_substitution:
+                verdict = "by substitution, residual $0$ ✓"
             else:
-                verdict = "residual $0$ ✓" if step.holds else "residual **not zero** ✗"
+                verdict = "residual $0$ ✓"
             lines += [f"{number}. {step.text} ({verdict})", "", f"   $${step.to_latex()}$$", ""]
         failing = self.failing_steps()
         if failing:
