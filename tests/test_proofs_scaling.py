@@ -77,10 +77,7 @@ def test_ntk_proof_is_the_rule_pecode_computes(dim):
     assert not math.isclose(expected, default_last / 8.0, rel_tol=1e-3)
 
 
-@pytest.mark.parametrize("seq_len", [4096, 6000, 16384])
-def test_dynamic_proof_is_the_base_pecode_computes(seq_len):
-    numbers = dict(d=128, b=10000.0, s=4.0, L=seq_len, L_0=4096)
-    step = proofs.dynamic_equals_default().steps[1]  # b * bracket^(d/(d-2)), before L = L0
+def _dynamic_inv_freq(seq_len: int):
     inv_freq, _ = rope_frequencies(
         "dynamic",
         128,
@@ -90,21 +87,19 @@ def test_dynamic_proof_is_the_base_pecode_computes(seq_len):
         original_max_position_embeddings=4096,
         seq_len=seq_len,
     )
+    return inv_freq
+
+
+@pytest.mark.parametrize("seq_len", [4096, 6000, 16384])
+def test_dynamic_proof_is_the_base_pecode_computes(seq_len):
+    numbers = dict(d=128, b=10000.0, s=4.0, L=seq_len, L_0=4096)
+    step = proofs.dynamic_equals_default().steps[1]  # b * bracket^(d/(d-2)), before L = L0
     new_base = value(step.lhs, **numbers)
-    assert math.isclose(new_base ** (-2 / 128), inv_freq[1].item(), rel_tol=1e-12)
+    assert math.isclose(new_base ** (-2 / 128), _dynamic_inv_freq(seq_len)[1].item(), rel_tol=1e-12)
     if seq_len > 4096:
         # step 5's derivative of the base against a central difference of pecode's base
         def base(length: int) -> float:
-            inv, _ = rope_frequencies(
-                "dynamic",
-                128,
-                10000.0,
-                dtype=F64,
-                factor=4.0,
-                original_max_position_embeddings=4096,
-                seq_len=length,
-            )
-            return inv[1].item() ** (-128 / 2)
+            return _dynamic_inv_freq(length)[1].item() ** (-128 / 2)
 
         slope = proofs.dynamic_equals_default().steps[4].rhs
         difference = (base(seq_len + 1) - base(seq_len - 1)) / 2
