@@ -168,8 +168,9 @@ def test_de_moivre_base_case_is_an_evaluation_that_can_fail():
 
 @pytest.mark.parametrize("turn", [0, sp.pi / 4, sp.pi])
 def test_multiplication_by_i_substituted_steps_fail_for_other_angles(turn):
-    # steps 2 and 4 are evaluations at φ; a wrong angle fails both (-π/2 fails step 2 only)
-    assert [i for i, s in enumerate(multiplication_by_i().steps, 1) if s.by_substitution] == [2, 4]
+    # step 4 is an evaluation at φ, step 2 also multiplies out Re and Im; a wrong angle
+    # fails both (-π/2 fails step 2 only)
+    assert [i for i, s in enumerate(multiplication_by_i().steps, 1) if s.by_substitution] == [4]
     assert multiplication_by_i(turn=turn).failing_steps() == [2, 4]
 
 

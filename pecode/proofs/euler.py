@@ -148,6 +148,11 @@ def _real_part(w: sp.Expr) -> sp.Expr:
     return (w + sp.conjugate(w)) / 2
 
 
+def _imag_part(w: sp.Expr) -> sp.Expr:
+    """``(w - conj(w)) / (2i)``, left unexpanded, for the reason of :func:`_real_part`."""
+    return (w - sp.conjugate(w)) / (2 * sp.I)
+
+
 def multiplication_by_i(turn: sp.Expr = sp.pi / 2) -> Proof:
     """Multiplying by ``i`` turns a point of the plane by 90 degrees counterclockwise.
 
@@ -155,8 +160,9 @@ def multiplication_by_i(turn: sp.Expr = sp.pi / 2) -> Proof:
     ``(Re iz, Im iz)`` equals ``R(φ) (a, b)`` with ``R`` built from ``cos φ`` and
     ``sin φ`` and ``φ = π/2`` substituted in the step (not typed as the matrix
     ``[[0, -1], [1, 0]]``); the map keeps lengths; and two such turns give ``-I``.
-    Steps 2 and 4 are evaluations ("by substitution"): sympy evaluates ``cos`` and
-    ``sin`` at the angle, and any angle other than ``π/2`` (mod ``2π``) fails step 2.
+    Step 2 multiplies out ``Re`` and ``Im`` of ``iz`` (written as ``(w ± conj w)/2``) and
+    evaluates ``cos`` and ``sin`` at the angle; step 4 is an evaluation ("by
+    substitution"). Any angle other than ``π/2`` (mod ``2π``) fails step 2.
 
     Args:
         turn: the claimed angle of the rotation; ``-π/2`` (clockwise) is the false
@@ -182,7 +188,7 @@ def multiplication_by_i(turn: sp.Expr = sp.pi / 2) -> Proof:
                 f"The pair $(\\operatorname{{Re}}, \\operatorname{{Im}})$ of $iz$ is the "
                 f"rotation matrix $R(\\varphi)$ applied to $(a, b)$, at "
                 f"$\\varphi = {sp.latex(turn)}$",
-                sp.Matrix([sp.re(turned), sp.im(turned)]),
+                sp.Matrix([_real_part(turned), _imag_part(turned)]),
                 rotation * sp.Matrix([a, b]),
                 subs={phi: turn},
                 latex=(
@@ -546,7 +552,7 @@ def rotation_preserves_length(radius: sp.Expr | int = 1) -> Proof:
             _TrigStep(
                 "The velocity of the point is the position multiplied by $i$, i.e. turned by 90°",
                 sp.Matrix([sp.Derivative(coordinate, theta) for coordinate in position]),
-                sp.Matrix([sp.re(velocity), sp.im(velocity)]),
+                sp.Matrix([_real_part(velocity), _imag_part(velocity)]),
                 latex=(
                     f"\\frac{{d}}{{d\\theta}}\\,{factor}(\\cos\\theta, \\sin\\theta) = "
                     "(\\operatorname{Re}, \\operatorname{Im})\\,"

@@ -68,7 +68,10 @@ class _DistributeStep(Step):
 
     @cached_property
     def residual(self):  # type: ignore[override]
-        diff = sp.expand(self.lhs - self.rhs)
+        diff = self.lhs - self.rhs
+        if self.subs:
+            diff = diff.subs(dict(self.subs))
+        diff = sp.expand(diff)
         if isinstance(diff, sp.MatrixBase):
             return diff.applyfunc(sp.simplify)
         return diff.doit() if isinstance(diff, MatrixExpr) else sp.simplify(diff)

@@ -52,7 +52,9 @@ class _PowerStep(Step):
 
     ``(b s^e)^x = b^x s^{e x}`` holds for ``b, s > 0`` and real exponents; sympy does not
     apply it by itself because it cannot tell that ``e = d/(d-2)`` is finite (it is, for
-    every head dimension ``d > 2``), hence ``force=True``.
+    every head dimension ``d > 2``), hence ``force=True``. The forced rules are wrong for
+    a base that may be negative (``sqrt(x**2) = x``), so they are used only when every
+    symbol of the step is positive; otherwise the step gets the usual residual.
     """
 
     @cached_property
@@ -60,6 +62,8 @@ class _PowerStep(Step):
         diff = self.lhs - self.rhs
         if self.subs:
             diff = diff.subs(dict(self.subs))
+        if not all(symbol.is_positive for symbol in diff.free_symbols):
+            return super().residual
         return sp.simplify(sp.powdenest(sp.expand_power_base(diff, force=True), force=True))
 
 

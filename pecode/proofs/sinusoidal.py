@@ -70,7 +70,9 @@ class _TrigStep(Step):
 
     @cached_property
     def residual(self):  # type: ignore[override]
-        return _trig_residual(self.lhs, self.rhs)
+        values = dict(self.subs or {})
+        lhs, rhs = (sp.sympify(side).subs(values) for side in (self.lhs, self.rhs))
+        return _trig_residual(lhs, rhs)
 
 
 def sinusoidal_pair(pos: sp.Expr, omega: sp.Expr) -> sp.Matrix:
