@@ -1,6 +1,6 @@
 """Multi-head attention whose position scheme is a parameter.
 
-Every encoding in the book enters attention in one of three places:
+Every encoding in the book enters attention in one of four places:
 
 1. added to the token embeddings before attention (sinusoidal, learned): outside
    this module, the scheme here is ``None``;

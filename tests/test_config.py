@@ -143,3 +143,48 @@ def test_pyproject_bounds_stay_loose():
     for requirement in project["dependencies"]:
         assert "==" not in requirement, requirement
         assert ">=" in requirement, requirement
+
+
+def _chapter_numbers(text: str) -> set[int]:
+    """``chapters 1–4, 8, 12`` -> {1, 2, 3, 4, 8, 12}."""
+    numbers: set[int] = set()
+    for part in text.removeprefix("chapters").split(","):
+        first, _, last = part.strip().partition("–")
+        numbers |= set(range(int(first), int(last or first) + 1))
+    return numbers
+
+
+def _verdict_table_sources(nb) -> set[str]:
+    """Source ids named in the source column of a chapter's verdict table."""
+    found: set[str] = set()
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        for line in cell.source.splitlines():
+            columns = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(columns) > 2 and columns[0].isdigit():
+                found |= set(re.findall(r"\b00[0-4]\b", columns[1]))
+    return found
+
+
+def test_the_intro_maps_each_source_to_the_chapters_that_check_it():
+    intro = (ROOT / "book" / "intro.md").read_text(encoding="utf-8")
+    claimed = {
+        source: _chapter_numbers(chapters)
+        for source, chapters in re.findall(
+            r"^\| (00[0-4]) \|.*\| (chapters [\d–, ]+) \|$", intro, flags=re.M
+        )
+    }
+    assert set(claimed) == {"000", "001", "002", "003", "004"}
+    checked: dict[str, set[int]] = {source: set() for source in claimed}
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        chapter = int(path.name[:2])
+        in_table = _verdict_table_sources(nb)
+        # the opening names exactly the sources whose claims the chapter's table checks
+        assert set(re.findall(r"\bsource (00[0-4])\b", nb.cells[0].source)) == in_table, (
+            path.name
+        )
+        for source in in_table:
+            checked[source].add(chapter)
+    assert claimed == checked

@@ -54,7 +54,23 @@ def test_shift_is_rotation(dim):
 def test_dot_product_depends_on_offset_only(dim):
     proof = sinusoidal_dot_product(dim)
     assert proof.holds(), proof.failing_steps()
-    assert POS not in proof.steps[2].rhs.free_symbols
+
+
+@pytest.mark.parametrize("dim", [2, 4, 6])
+@pytest.mark.parametrize(("cos_offset", "depends_on_pos"), [(0, False), (1, True)])
+def test_the_explicit_dot_product_loses_pos_only_for_the_right_table(
+    dim, cos_offset, depends_on_pos
+):
+    # Independent of the proof's own right-hand side (which has no pos by construction):
+    # the derivative in pos of the explicit left-hand side, evaluated at a few points,
+    # vanishes for the right table and not for source 003's (cos_offset=1).
+    lhs = sinusoidal_dot_product(dim, cos_offset=cos_offset).steps[2].lhs
+    derivative = sp.diff(lhs, POS)
+    points = [{POS: 3.7, K: 1.3}, {POS: 11.0, K: -2.9}]
+    values = [
+        abs(float(derivative.subs({**point, BASE: 10000, D: dim}))) for point in points
+    ]
+    assert (max(values) > 1e-6) is depends_on_pos, values
 
 
 def test_the_transposed_block_is_a_rotation_but_the_wrong_one():
