@@ -129,9 +129,11 @@ def sinusoidal_encoding(
     """The sinusoidal encoding of arbitrary integer positions (Vaswani et al. 2017, §3.5).
 
     ``PE(pos, 2i) = sin(pos / base**(2i/dim))`` and ``PE(pos, 2i+1) = cos(pos / base**(2i/dim))``.
-    Angles ``pos · ω_i`` are formed and reduced in float64 on the CPU, then cast to
-    ``dtype`` and moved to ``positions.device``: a float32 angle would be off by up to
-    ``ulp(pos) / 2`` (0.03 rad at ``pos = 10**6``), the float64 one by about ``1e-10``.
+    Frequencies and angles ``pos · ω_i`` are formed and reduced in float64 on the CPU,
+    then cast to ``dtype`` and moved to ``positions.device``: a float32 angle would be off
+    by up to ``ulp(pos) / 2`` (0.03 rad at ``pos = 10**6``), and float32 frequencies would
+    add up to ``pos * 2**-25`` more (another 0.03 rad); the float64 angle is off by about
+    ``1e-10``.
 
     Shapes::
 
@@ -256,8 +258,10 @@ class LearnedPositionalEncoding(nn.Module):
     """Adds a learned vector per position, as BERT and GPT-2 do (Devlin et al. 2019, §3).
 
     ``forward(x) = x + weight[positions]`` with ``weight`` a trained
-    ``[max_len, dim]`` parameter, initialized from ``N(0, init_std**2)`` (BERT and
-    GPT-2 use a (truncated) normal with standard deviation 0.02 and 0.01). Positions
+    ``[max_len, dim]`` parameter, initialized from ``N(0, init_std**2)``, as Hugging
+    Face's BERT and GPT-2 ports do with 0.02 (BERT's released TensorFlow code draws from a
+    normal truncated at two standard deviations with parameter 0.02; OpenAI's GPT-2 code
+    uses 0.01 for the position table and 0.02 for the token table). Positions
     ``>= max_len`` have no row; they raise a ``ValueError`` instead of an index error
     (or, on a GPU, a device-side assert) from inside torch.
 

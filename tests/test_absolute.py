@@ -46,12 +46,38 @@ def test_accurate_up_to_a_million():
 
 
 def test_a_float32_angle_is_not_accurate_at_a_million():
-    # the reason the angles are formed in float64: this check must be able to fail
-    pos, omega = 1_000_000 - 1, 1.0
-    angle32 = torch.tensor(float(pos), dtype=torch.float32) * torch.tensor(omega)
-    assert abs(math.sin(float(angle32)) - math.sin(pos)) < 0.04  # ulp(1e6) / 2 = 0.03
-    ours = sinusoidal_encoding(torch.tensor([pos]), 2)[0, 0].item()
-    assert abs(ours - math.sin(pos)) < 6e-8
+    # the reason the angles are formed in float64. The second pair at d = 512 (the first
+    # has omega = 1, whose float32 angle is exact for every integer below 2**24): its
+    # float32 angle, float32(pos) * float32(omega), is off by ~0.03 rad at a million,
+    # while pecode's float64 angle gives the sine to float32 rounding.
+    pos, dim = 1_000_000 - 1, 512
+    omega = sinusoidal_frequencies(dim)[1].item()
+    angle32 = torch.tensor(float(pos), dtype=torch.float32) * torch.tensor(
+        omega, dtype=torch.float32
+    )
+    assert 0.01 < abs(float(angle32) - pos * omega) < 0.04  # ulp(1e6) / 2 = 0.03
+    ours = sinusoidal_encoding(torch.tensor([pos]), dim)[0, 2].item()
+    assert abs(ours - math.sin(pos * omega)) < 6e-8
+
+
+def test_a_float32_frequency_costs_as_much_as_a_float32_angle():
+    # chapter 2: rounding only the frequencies to float32 (angle and sine in float64) errs
+    # about as much near 1e6 as rounding only the angle; each stays below its bound
+    positions = list(range(1_000_000 - 32, 1_000_001))
+    exact = reference(positions, 512)
+    freqs = sinusoidal_frequencies(512)
+    pos = torch.tensor(positions, dtype=torch.float64).unsqueeze(1)
+
+    def error(angles: torch.Tensor) -> float:
+        rows = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)
+        return (rows - exact).abs().max().item()
+
+    frequency_only = error(pos * freqs.float().double())
+    angle_only = error((pos * freqs).float().double())
+    assert frequency_only <= 1_000_000 * 2**-25 + 1e-9  # |fl32(ω) - ω| <= 2**-25 for ω < 1
+    assert angle_only <= 2**-5 + 1e-9  # half the float32 spacing in [2**19, 2**20)
+    assert min(frequency_only, angle_only) > 0.02
+    assert 0.5 < frequency_only / angle_only < 2
 
 
 def test_worked_example_by_hand():
@@ -217,6 +243,38 @@ def test_learned_adds_its_rows_and_trains():
     # row 3 is used twice per batch element, rows 9 and 0 once, the rest never
     counts = module.weight.grad[:, 0].tolist()
     assert counts == [2.0, 0.0, 0.0, 4.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0]
+
+
+@pytest.mark.parametrize("steps", [1, 13])
+def test_rows_without_gradient_stay_under_sgd_and_adam_and_shrink_under_adamw(steps):
+    # chapter 3: rows past the longest training sequence get a zero gradient; whether they
+    # stay the initial vectors depends on the optimizer's weight decay
+    lr, wd, used = 0.05, 0.3, 5
+
+    def train(make_optimizer):
+        torch.manual_seed(3)
+        table = LearnedPositionalEncoding(12, 6)
+        start = table.weight.detach().clone()
+        optimizer = make_optimizer(table.parameters())
+        for _ in range(steps):
+            optimizer.zero_grad()
+            table(torch.randn(2, used, 6)).pow(2).sum().backward()
+            optimizer.step()
+        return start, table.weight.detach()
+
+    for make_optimizer in (
+        lambda p: torch.optim.SGD(p, lr=lr, momentum=0.9),
+        lambda p: torch.optim.Adam(p, lr=lr),
+    ):
+        start, end = train(make_optimizer)
+        assert not torch.equal(end[:used], start[:used])
+        assert torch.equal(end[used:], start[used:])
+    start, end = train(lambda p: torch.optim.AdamW(p, lr=lr, weight_decay=wd))
+    assert not torch.equal(end[used:], start[used:])
+    factor = (1 - lr * wd) ** steps  # decoupled decay: p <- (1 - lr wd) p at every step
+    torch.testing.assert_close(
+        end[used:].double(), start[used:].double() * factor, rtol=1e-5, atol=0
+    )
 
 
 def test_learned_init_std():
