@@ -76,7 +76,7 @@ OLDEST_VENV := .venv-oldest
 OLDEST_TORCH_INDEX ?=
 OLDEST_PINS := numpy==1.24.4 sympy==1.13.3 matplotlib==3.7.0 tqdm==4.60.0 \
 	pytest==9.2.0 hypothesis==6.170.15 PyYAML==6.0.3
-BOOK_TESTS := book config evidence_links quoted_numbers style nbval_tolerance
+BOOK_TESTS := book config evidence_links quoted_numbers style nbval_tolerance testref
 PACKAGE_TESTS := $(filter-out $(BOOK_TESTS:%=tests/test_%.py),$(wildcard tests/test_*.py))
 
 test-oldest:

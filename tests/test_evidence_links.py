@@ -5,7 +5,9 @@ for; each of their claims must point at a notebook cell label (``{ref}``), a pro
 definition (``{prf:ref}``) or a test (``{test}``). This module checks that every errata
 entry has a reproduction link, that every scorecard cell and every comparison-table row
 carries a link, and that every link resolves: labels must be defined in a notebook or a
-page, tests must be defined in ``tests/``.
+page, tests must be defined in ``tests/``, and every cited test must have its section, with
+its source, on the book's page of its file (``book/_ext/testref.py`` writes those pages at
+build time; the role links there, inside the book).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,11 +39,13 @@ CITATION_ONLY = {"errata-001-paper-title"}
 def _load_testref():
     spec = importlib.util.spec_from_file_location("testref", BOOK / "_ext" / "testref.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
 
-locate_test = _load_testref().locate_test
+testref = _load_testref()
+locate_test = testref.locate_test
 
 
 def _markdown_sources() -> dict[str, str]:
@@ -161,6 +166,42 @@ def test_every_comparison_row_links_to_evidence(page):
         if not _has_evidence(" ".join(cells))
     ]
     assert not bare, f"{page}: rows without evidence:\n" + "\n".join(bare)
+
+
+def _cited_tests() -> list[tuple[str, str]]:
+    """(page, test id) of every ``{test}`` link of every page and notebook."""
+    return sorted(
+        {
+            (page, _target(text))
+            for page, source in SOURCES.items()
+            for role, text in LINK.findall(source)
+            if role == "test"
+        }
+    )
+
+
+def test_every_cited_test_has_a_section_with_its_source_in_the_book(tmp_path):
+    """The page the generator writes for a cited test's file has the section the role
+    links to (its label is the test id without parameters) and shows the test's code."""
+    cited = _cited_tests()
+    assert len(cited) >= 100, f"only {len(cited)} test links found"
+    pages = {p.name: p.read_text(encoding="utf-8") for p in testref.write_pages(ROOT, tmp_path)}
+    missing = []
+    for page, test_id in cited:
+        try:
+            file, line = locate_test(ROOT, test_id)
+        except ValueError as error:
+            missing.append(f"{page}: {test_id}: {error}")
+            continue
+        names = testref.TEST_ID.match(test_id)["names"]
+        target = testref.label(file, names)
+        text = pages.get(f"{Path(file).stem}.md", "")
+        if f"({target})=" not in text or f"```{{test-source}} {file}::{names}" not in text:
+            missing.append(f"{page}: {test_id}: no section {target} on the page of {file}")
+            continue
+        segment = testref.analyse(ROOT, file).segment(names)
+        assert segment.start <= line <= segment.end, test_id
+    assert not missing, "cited tests without a section in the book:\n" + "\n".join(missing)
 
 
 def test_locate_test_finds_functions_and_methods_and_rejects_the_rest(tmp_path):
