@@ -205,6 +205,14 @@ def alibi_key_bias(
     :func:`pecode.proofs.alibi.alibi_causal_row_shift`). Without a causal mask it
     is not ALiBi: every query then favours the last keys.
 
+    Keep it in float32 or wider. The values reach ``m_h (k_len - 1)`` at the recent
+    keys, where 16-bit floats are coarse. The official code casts it to the dtype of
+    the activations (float16 in its training command), BLOOM's training code and
+    Hugging Face's ``build_alibi_tensor`` to the model's dtype; in bfloat16, for BLOOM's
+    112 heads at 2048 keys, that moves an attention weight by more than 0.5 (measured
+    in chapter 6, section ``ch06-check-precision``). The ``dtype`` argument rounds the
+    float64 values once.
+
     Shapes::
 
         returns: [H, 1, k_len]
