@@ -225,7 +225,9 @@ class SinusoidalPositionalEncoding(nn.Module):
     def _grow(self, needed: int) -> None:
         """Rebuild the table with at least ``needed`` rows (next power of two)."""
         rows = 1 << (needed - 1).bit_length()
-        self.table = sinusoidal_table(rows, self.dim, self.base, device=self.table.device)
+        self.table = sinusoidal_table(
+            rows, self.dim, self.base, dtype=self.table.dtype, device=self.table.device
+        )
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """Return ``x * input_scale + PE[positions]``.

@@ -368,3 +368,13 @@ def test_any_position_past_the_table_is_refused(max_len, past):
     module = LearnedPositionalEncoding(max_len, 3)
     with pytest.raises(ValueError, match=f"max_len={max_len}"):
         module(torch.zeros(1, 1, 3), torch.tensor([max_len + past]))
+
+
+def test_a_grown_table_keeps_the_modules_dtype():
+    # after .double() the table is float64; growing it must not fall back to float32
+    module = SinusoidalPositionalEncoding(8, max_len=4).double()
+    x = torch.zeros(1, 20, 8, dtype=torch.float64)
+    out = module(x)
+    assert module.table.dtype == torch.float64
+    reference = torch.tensor(sinusoidal_rows_loop(range(20), 8), dtype=torch.float64)
+    assert (out[0] - reference).abs().max() < 1e-12  # float32 rows would be ~1e-8 off

@@ -160,6 +160,69 @@ def test_relative_aware(name):
         assert output_change < 1e-12
 
 
+def absolute_rows(name: str, positions: Tensor) -> Tensor:
+    """p(m) as rows, float64: the sinusoidal formula, or the learned table of L0 rows."""
+    if name == "sinusoidal":
+        return sinusoidal_encoding(positions, DIM, dtype=torch.float64)
+    table = make_layer(name, max_len=TRAIN_LENGTH).absolute
+    with torch.no_grad():
+        return table(torch.zeros(1, len(positions), DIM, dtype=torch.float64), positions)[0]
+
+
+def relative_residual(before: Tensor, after: Tensor, matrix: Tensor) -> float:
+    return float(torch.linalg.norm(before @ matrix - after) / torch.linalg.norm(after))
+
+
+def best_orthogonal_map(before: Tensor, after: Tensor) -> Tensor:
+    """The orthogonal Q that minimizes ||before @ Q - after|| (orthogonal Procrustes: U V^T)."""
+    u, _, vh = torch.linalg.svd(before.mT @ after)
+    return u @ vh
+
+
+def sinusoidal_shift_loop(k: int, dim: int) -> Tensor:
+    """M_k of thm-shift-rotation, entry by entry from Vaswani et al.'s formula, float64."""
+    matrix = torch.zeros(dim, dim, dtype=torch.float64)
+    for i in range(dim // 2):
+        angle = k * 10000.0 ** (-2 * i / dim)
+        matrix[2 * i, 2 * i] = matrix[2 * i + 1, 2 * i + 1] = math.cos(angle)
+        matrix[2 * i, 2 * i + 1] = math.sin(angle)
+        matrix[2 * i + 1, 2 * i] = -math.sin(angle)
+    return matrix
+
+
+@pytest.mark.parametrize("name", ["sinusoidal", "learned"])
+def test_weak_form_of_relative_awareness(name):
+    """prop-relative, weak form: p(m + k) = M_k p(m) with M_k orthogonal, for every m >= 0.
+
+    A table of L0 = 16 rows of width 32 (fewer rows than columns, as BERT-base's 512 x
+    768). The learned table's rows are linearly independent, so a linear map takes each
+    to the next with a round-off residual (the old definition, which it met). An
+    orthogonal one exists only if the rows' dot products depend on offsets alone; the
+    closed-form best one (Procrustes) must leave a round-off residual for the sinusoid
+    and most of the norm for the learned table. The sinusoid's M_k, written from the
+    formula, must be orthogonal and hold at positions far past any table; the learned
+    table has no row there.
+    """
+    rows = absolute_rows(name, torch.arange(TRAIN_LENGTH))
+    before, after = rows[:-1], rows[1:]
+    orthogonal = relative_residual(before, after, best_orthogonal_map(before, after))
+    if name == "learned":
+        linear = torch.linalg.lstsq(before, after, driver="gelsd").solution
+        assert relative_residual(before, after, linear) < 1e-12  # the old weak form holds
+        assert orthogonal > 0.2
+        with pytest.raises(ValueError, match="max_len=16"):
+            absolute_rows(name, torch.arange(TRAIN_LENGTH + 1))
+        return
+    assert orthogonal < 1e-6  # round-off, amplified by the slow, nearly constant pairs
+    for k in (1, 7, 1000):
+        shift = sinusoidal_shift_loop(k, DIM)
+        assert (shift.mT @ shift - torch.eye(DIM, dtype=torch.float64)).abs().max() < 1e-14
+        for start in (0, 10**6):
+            m = torch.arange(start, start + 4 * TRAIN_LENGTH)
+            moved = absolute_rows(name, m) @ shift.mT
+            assert (moved - absolute_rows(name, m + k)).abs().max() < 1e-8
+
+
 # --------------------------------------------------------------------------- deterministic
 
 
