@@ -9,16 +9,58 @@ so that a longer context maps back into, or close to, the trained range:
 * ``"default"``: ``θ_i = base^(-2i/d)`` (RoFormer), via ``pecode.rope.rope_inv_freq``;
 * ``"linear"``: position interpolation, ``θ_i / s`` (Chen et al. 2023);
 * ``"ntk"``: NTK-aware, base ``b · s^(d/(d-2))`` (bloc97, described by Peng et al. 2023);
-* ``"dynamic"``: dynamic NTK, the NTK base with ``s`` grown from the current length;
+* ``"dynamic"``: dynamic NTK, the NTK base with its factor grown from the current
+  length ``L``: ``s L / L0 - (s - 1)``, the rule of emozilla's 2023 post and of Hugging
+  Face transformers' ``"dynamic"`` rope type. The YaRN paper (Peng et al. 2023, §3.3)
+  describes Dynamic NTK as the NTK rule with ``max(1, L / L0)``: that is this rule with
+  ``factor=1``;
 * ``"yarn"``: YaRN, a per-pair ramp between ``θ_i`` and ``θ_i / s`` plus a logit
   temperature (Peng et al. 2023);
-* ``"llama3"``: the Llama 3.1 rule, three wavelength bands, smooth in the middle one;
-* ``"base_change"``: a new base ``rope_theta`` (LLaMA 2 Long: 500000; Code Llama: 1e6).
+* ``"llama3"``: the Llama 3.1 rule, three wavelength bands, smooth in the middle one
+  (Meta's reference code, ``apply_scaling`` in meta-llama/llama-models; the Llama 3
+  paper gives the base 500000 but not this rule);
+* ``"base_change"``: a new base ``rope_theta`` (LLaMA 2 Long: 500000; Code Llama: 1e6);
+  the same frequencies as ``"default"`` with ``base=rope_theta``.
 
 :func:`rope_frequencies` returns ``(inv_freq, attention_factor)``: the frequencies and a
 factor that multiplies both ``cos`` and ``sin`` tables, so that every attention logit
 ``q·k`` is multiplied by ``attention_factor ** 2`` (Peng et al. 2023, "length scaling").
-Parameter names follow the ``rope_scaling`` entries of Hugging Face configs.
+
+Hugging Face transformers. The kinds ``linear``, ``dynamic``, ``yarn`` and ``llama3`` are
+also rope types of transformers, and their parameters are spelled as in its
+``rope_scaling`` entries; ``ntk`` and ``base_change`` are not (in transformers a base
+change is the config's ``rope_theta`` with the default rule), and pecode has no
+``longrope`` or ``proportional``. Where pecode departs from transformers 5.23 (read in its
+``modeling_rope_utils.py``; ``tests/test_scaling.py`` checks each point):
+
+* every kind: pecode takes the current length, the head dimension and the base as
+  arguments, not from a config; it computes in float64, transformers in float32; it
+  raises on ``factor < 1``, where transformers logs a warning;
+* ``linear``: no other difference;
+* ``dynamic``: transformers takes ``L0`` from the config's top-level
+  ``max_position_embeddings`` (an ``original_max_position_embeddings`` in the block is
+  ignored); pecode requires ``original_max_position_embeddings``: pass the config's
+  ``max_position_embeddings`` there;
+* ``yarn``: transformers fills a missing ``original_max_position_embeddings`` from
+  ``max_position_embeddings``, and replaces a ``factor`` of ``None`` by their ratio;
+  pecode requires both. Given ``mscale`` without ``mscale_all_dim``, transformers
+  ignores ``mscale`` and uses ``0.1 ln s + 1``, while DeepSeek-V2's released code (whose
+  configs brought the two keys; its defaults are ``mscale=1``, ``mscale_all_dim=0``)
+  gives ``0.1 · mscale · ln s + 1``; pecode raises rather than choose, and an explicit
+  ``attention_factor`` settles it. transformers' ``truncate`` (``False`` in gpt-oss's
+  config: the ramp's ends are not rounded to whole pairs) is not implemented: pecode
+  always rounds them and rejects ``truncate``. A ``beta_fast`` or ``beta_slow`` of 0
+  means the default in transformers; pecode requires ``beta_fast > beta_slow > 0``;
+* ``llama3``: transformers fills a missing ``original_max_position_embeddings`` from
+  ``max_position_embeddings``; pecode requires it. The rule is the same.
+
+One YaRN block has not always meant one thing in transformers either. pecode uses
+``factor`` as given and runs the ramp from ``original_max_position_embeddings``, as
+transformers does from release 4.56.0 (August 2025). Releases 4.43 to 4.50 (July 2024 to
+March 2025) ignored ``original_max_position_embeddings`` and ran the ramp from the
+top-level ``max_position_embeddings``; releases 4.51.0 to 4.55.x (April to August 2025)
+replaced ``factor`` by ``max_position_embeddings / original_max_position_embeddings``
+whenever the latter was set (transformers issue #38224, fixed by PR #40320).
 """
 
 from __future__ import annotations
@@ -87,8 +129,9 @@ def _ntk(dim: int, base: float, params: dict[str, Any]) -> tuple[Tensor, float]:
 
 
 def _dynamic(dim: int, base: float, params: dict[str, Any]) -> tuple[Tensor, float]:
-    # Peng et al. 2023 ("Dynamic NTK"), in the form of Hugging Face transformers:
+    # Dynamic NTK as emozilla's 2023 post and Hugging Face transformers compute it:
     # b' = b ((s L / L0) - (s - 1))^(d/(d-2)) for the current length L > L0, else b.
+    # With s = 1 the bracket is L / L0: the YaRN paper's Dynamic NTK (its §3.3).
     factor = _factor(params)
     original = check_int(
         "original_max_position_embeddings", params["original_max_position_embeddings"]
@@ -121,14 +164,24 @@ def yarn_attention_factor(
 
     ``mscale_s / mscale_all`` when both ``mscale`` and ``mscale_all_dim`` are given and
     nonzero (DeepSeek-V2 style, where ``mscale_all_dim`` is applied again in the softmax
-    scale), else ``0.1 ln(s) + 1`` (Peng et al. 2023), as in Hugging Face
-    transformers. Note that ``mscale = mscale_all_dim`` gives a factor of exactly 1.
+    scale); ``0.1 ln(s) + 1`` (Peng et al. 2023) when neither is given, or when both are
+    given and one is 0. These cases agree with Hugging Face transformers (5.23). Note that
+    ``mscale = mscale_all_dim`` gives a factor of exactly 1.
+
+    ``mscale`` without ``mscale_all_dim`` (or the reverse) raises: transformers then
+    ignores ``mscale`` (``0.1 ln(s) + 1``), DeepSeek-V2's released code, whose default
+    ``mscale_all_dim`` is 0, gives ``0.1 · mscale · ln(s) + 1``, and the two differ
+    unless ``mscale = 1``. Pass ``attention_factor`` to :func:`rope_frequencies` instead.
 
     Raises:
         ValueError: only one of ``mscale``, ``mscale_all_dim`` is given.
     """
     if (mscale is None) != (mscale_all_dim is None):
-        raise ValueError("give both mscale and mscale_all_dim, or neither")
+        raise ValueError(
+            "give both mscale and mscale_all_dim, or neither: with only mscale, Hugging Face "
+            "transformers uses 0.1 ln(s) + 1 and DeepSeek-V2's code 0.1 mscale ln(s) + 1; "
+            "pass attention_factor to choose"
+        )
     if mscale and mscale_all_dim:
         return yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor, mscale_all_dim)
     return yarn_get_mscale(factor)
@@ -189,7 +242,8 @@ def _yarn(dim: int, base: float, params: dict[str, Any]) -> tuple[Tensor, float]
 
 
 def _llama3(dim: int, base: float, params: dict[str, Any]) -> tuple[Tensor, float]:
-    # Llama 3.1 (Meta's reference code and Hugging Face transformers):
+    # Llama 3.1 (Meta's reference code, apply_scaling in meta-llama/llama-models, and
+    # Hugging Face transformers' "llama3" rope type):
     # wavelength < L0/high_freq_factor: keep; > L0/low_freq_factor: divide by s;
     # in between, interpolate in 1/λ with weight (L0/λ - low) / (high - low).
     factor = _factor(params)
@@ -236,7 +290,7 @@ SCALING_KINDS: dict[str, ScalingKind] = {
         _dynamic,
         ("factor", "original_max_position_embeddings"),
         ("seq_len",),
-        "Peng et al. 2023 (YaRN); Hugging Face transformers",
+        "emozilla (2023); Hugging Face transformers; factor=1: Peng et al. 2023 (YaRN), §3.3",
     ),
     "yarn": ScalingKind(
         _yarn,
@@ -247,7 +301,7 @@ SCALING_KINDS: dict[str, ScalingKind] = {
     "llama3": ScalingKind(
         _llama3,
         ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
-        reference="Llama 3.1 reference code (Dubey et al. 2024)",
+        reference="Meta's Llama 3.1 reference code (meta-llama/llama-models, apply_scaling)",
     ),
     "base_change": ScalingKind(
         _base_change,
@@ -272,9 +326,12 @@ def rope_frequencies(
     * ``default``: none;
     * ``linear``, ``ntk``: ``factor``;
     * ``dynamic``: ``factor``, ``original_max_position_embeddings``; *seq_len* (the
-      current length; default the original);
+      current length; default the original). Hugging Face's form; ``factor=1`` gives
+      the YaRN paper's ``max(1, seq_len / original)``;
     * ``yarn``: ``factor``, ``original_max_position_embeddings``; *beta_fast* (32),
-      *beta_slow* (1), *mscale*, *mscale_all_dim*, *attention_factor*;
+      *beta_slow* (1), *mscale*, *mscale_all_dim*, *attention_factor*. ``factor`` is
+      used as given, never derived from a ``max_position_embeddings`` (which pecode does
+      not take; see the module docstring for what transformers did);
     * ``llama3``: ``factor``, ``low_freq_factor``, ``high_freq_factor``,
       ``original_max_position_embeddings``;
     * ``base_change``: ``rope_theta`` (the new base).
@@ -288,7 +345,8 @@ def rope_frequencies(
         dim: the number of rotated features (even).
         base: the trained base ``b`` (10000 in RoFormer).
         dtype: float32 (default) or float64.
-        **params: the kind's parameters, spelled as in Hugging Face ``rope_scaling``.
+        **params: the kind's parameters, spelled as in Hugging Face ``rope_scaling``
+            (the module docstring lists where transformers reads them differently).
 
     Raises:
         ValueError: unknown ``kind`` (the message lists the kinds), a missing or unknown
@@ -337,11 +395,13 @@ PUBLISHED_CONFIGS: dict[str, dict[str, Any]] = {
 }
 """Published settings, as ``rope_frequencies`` arguments (``dim`` left out).
 
-``llama2_long``: Xiong et al. 2023 (the base 500000 as widely reported; chapter 10 says
-what could be checked); ``code_llama``: Rozière et al. 2023;
-``llama3.1``: the ``rope_scaling`` block and ``rope_theta`` of the Llama 3.1 configs on
-the Hugging Face Hub; ``qwen3_yarn``: the block the Qwen3 model cards tell users to add
-for 131072 tokens, with Qwen3's ``rope_theta``.
+``llama2_long``: Xiong et al. 2023; the Llama 3 paper (Dubey et al. 2024, §3.2) reports
+500000 as the base Xiong et al. showed effective up to 32,768 tokens (chapter 10 says what
+could be checked). ``code_llama``: Rozière et al. 2023. ``llama3.1``: the constants of
+Meta's reference ``apply_scaling`` (factor 8, band factors 1 and 4, original length
+8192), which the ``rope_scaling`` block of the Llama 3.1 configs on the Hugging Face Hub
+repeats, with the base 500000 of the Llama 3 paper. ``qwen3_yarn``: the block the Qwen3
+model cards tell users to add for 131072 tokens, with Qwen3's ``rope_theta``.
 """
 
 

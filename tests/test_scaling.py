@@ -1,4 +1,5 @@
-"""pecode.scaling against float64 loops, hand-derived published numbers, and its errors."""
+"""pecode.scaling against float64 loops, Hugging Face transformers' rope functions fed
+Hugging Face-shaped ``rope_scaling`` blocks, values derived by hand, and its errors."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from pecode.reference.scaling import (
     default_inv_freq_loop,
     dynamic_inv_freq_loop,
+    dynamic_ntk_paper_inv_freq_loop,
     llama3_inv_freq_loop,
     ntk_inv_freq_loop,
     pi_angles_loop,
@@ -101,13 +103,72 @@ def test_dynamic_default_seq_len_is_the_original():
     assert torch.equal(a, freqs("default")[0])
 
 
+def _hugging_face_rope(max_position_embeddings, rope_scaling, seq_len=None):
+    """HF transformers' own frequency function for a Llama config with head_dim 128."""
+    pytest.importorskip("transformers")
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    config = LlamaConfig(
+        hidden_size=256,
+        num_attention_heads=2,
+        max_position_embeddings=max_position_embeddings,
+        rope_theta=10000.0,
+        rope_scaling=rope_scaling,
+    )
+    kind = rope_scaling["rope_type"]
+    inv_freq, attention_factor = ROPE_INIT_FUNCTIONS[kind](config, "cpu", seq_len=seq_len)
+    return inv_freq.to(F64), float(attention_factor)
+
+
+@pytest.mark.parametrize("seq_len", [6144, 8192, 16384, 50_000])
+def test_dynamic_is_hugging_faces_form_not_the_yarn_papers(seq_len):
+    # pecode's "dynamic" is the bracket s L/L0 - (s - 1) of emozilla's post and HF; the
+    # YaRN paper (§3.3) uses the NTK rule with max(1, L/L0), which differs past L0 for
+    # s > 1 and is pecode's rule with factor 1.
+    ours = freqs("dynamic", factor=4.0, original_max_position_embeddings=4096, seq_len=seq_len)[0]
+    paper = dynamic_ntk_paper_inv_freq_loop(128, 10000.0, 4096, seq_len)
+    assert not torch.allclose(ours, paper, rtol=1e-3)
+    assert ours[-1] < paper[-1]  # the HF form interpolates more strongly
+    factor_one = freqs(
+        "dynamic", factor=1.0, original_max_position_embeddings=4096, seq_len=seq_len
+    )
+    assert torch.allclose(factor_one[0], paper, rtol=1e-12)
+
+
+@pytest.mark.parametrize("seq_len", [None, 4096, 8192, 16384])
+def test_dynamic_matches_hugging_face(seq_len):
+    hf, hf_factor = _hugging_face_rope(4096, {"rope_type": "dynamic", "factor": 4.0}, seq_len)
+    ours = freqs("dynamic", factor=4.0, original_max_position_embeddings=4096, seq_len=seq_len)
+    assert torch.allclose(hf, ours[0], rtol=1e-6)  # HF computes in float32
+    assert hf_factor == ours[1] == 1.0
+    if seq_len is not None and seq_len > 4096:
+        paper = dynamic_ntk_paper_inv_freq_loop(128, 10000.0, 4096, seq_len)
+        assert not torch.allclose(hf, paper, rtol=1e-3)
+
+
+def test_dynamic_at_four_times_the_trained_length_is_static_ntk_with_factor_13():
+    # s L/L0 - (s - 1) = 4 * 4 - 3 = 13: the HF form at 4 L0 is the NTK rule with factor
+    # 13, which leaves no pair at an unseen angle; the paper's form there is the NTK rule
+    # with factor 4, which does (chapter 10, Figure 10.3).
+    length = 4 * 4096
+    plain = freqs("default")[0]
+    ours = freqs("dynamic", factor=4.0, original_max_position_embeddings=4096, seq_len=length)[0]
+    assert torch.allclose(ours, ntk_inv_freq_loop(128, 10000.0, 13.0), rtol=1e-12)
+    assert int(unseen_angle_pairs(plain, ours, 4096, length).sum()) == 0
+    paper = dynamic_ntk_paper_inv_freq_loop(128, 10000.0, 4096, length)
+    assert torch.allclose(paper, ntk_inv_freq_loop(128, 10000.0, 4.0), rtol=1e-12)
+    assert int(unseen_angle_pairs(plain, paper, 4096, length).sum()) > 0
+
+
 def test_yarn_boundaries_for_llama_4096():
     # Peng et al. 2023: L = 4096, b = 10000, |D| = 128, alpha = 1, beta = 32. By hand:
     # r_i = 4096 / (2π 10000^(i/64)); r_20 = 36.7 >= 32 > r_21 = 31.7 and
-    # r_45 = 1.005 > 1 >= r_46 = 0.87, so the ramp runs from pair 20 to pair 46.
+    # r_45 = 1.0039 > 1 >= r_46 = 0.869, so the ramp runs from pair 20 to pair 46.
     turns = [4096 / (2 * math.pi * 10000 ** (i / 64)) for i in (20, 21, 45, 46)]
     assert turns[0] > 32 > turns[1]
     assert turns[2] > 1 > turns[3]
+    assert [round(r, 4) for r in (turns[2], turns[3])] == [1.0039, 0.8693]
     assert yarn_correction_range(128, 10000.0, 4096, 32, 1) == (20, 46)
     assert yarn_boundaries_scan(128, 10000.0, 4096) == (20, 46)
 
@@ -134,8 +195,219 @@ def test_yarn_matches_code_loop_and_paper_outside_ramp(factor):
     assert math.isclose(attention_factor, 0.1 * math.log(factor) + 1, rel_tol=1e-15)
 
 
-def test_yarn_temperature_published_values():
-    # sqrt(1/t) = 0.1 ln s + 1: s = 4 -> 1.1386, s = 16 -> 1.2773, s = 32 -> 1.3466
+def test_yarn_uses_factor_as_given():
+    # A config block {"factor": 4, "original_max_position_embeddings": 4096} in a model
+    # whose max_position_embeddings is 32768 = 8 x 4096. pecode uses factor 4 with the ramp
+    # from 4096 (as transformers >= 4.56); not factor 32768/4096 = 8 (transformers 4.51 to
+    # 4.55), nor factor 4 with the ramp from 32768 (transformers 4.43 to 4.50).
+    ours, attention_factor = freqs("yarn", factor=4.0, original_max_position_embeddings=4096)
+    assert torch.allclose(ours, yarn_inv_freq_code_loop(128, 10000.0, 4.0, 4096), rtol=1e-12)
+    assert not torch.allclose(ours, yarn_inv_freq_code_loop(128, 10000.0, 8.0, 4096), rtol=1e-3)
+    assert not torch.allclose(ours, yarn_inv_freq_code_loop(128, 10000.0, 4.0, 32768), rtol=1e-3)
+    assert math.isclose(attention_factor, 0.1 * math.log(4.0) + 1, rel_tol=1e-15)
+    with pytest.raises(ValueError, match=r"does not take \['max_position_embeddings'\]"):
+        freqs(
+            "yarn", factor=4.0, original_max_position_embeddings=4096, max_position_embeddings=32768
+        )
+
+
+def test_yarn_block_meant_three_things_across_hugging_face_releases():
+    # The same block, read by the installed transformers. What each release range does was
+    # read in src/transformers/modeling_rope_utils.py of the released wheels (issue #38224,
+    # PR #40320); this test checks the installed one against the YaRN loop.
+    transformers = pytest.importorskip("transformers")
+    from packaging.version import Version
+
+    block = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
+    hf, hf_attention = _hugging_face_rope(32768, block)
+    version = Version(transformers.__version__)
+    if version < Version("4.51"):
+        factor, ramp_from = 4.0, 32768  # original_max_position_embeddings ignored
+    elif version < Version("4.56"):
+        factor, ramp_from = 8.0, 4096  # factor replaced by 32768 / 4096
+    else:
+        factor, ramp_from = 4.0, 4096  # factor as given: pecode's reading
+    expected = yarn_inv_freq_code_loop(128, 10000.0, factor, ramp_from)
+    assert torch.allclose(hf, expected, rtol=1e-6)  # HF computes in float32
+    assert math.isclose(hf_attention, 0.1 * math.log(factor) + 1, rel_tol=1e-12)
+    ours, _ = freqs("yarn", factor=4.0, original_max_position_embeddings=4096)
+    assert torch.allclose(hf, ours, rtol=1e-6) == (version >= Version("4.56"))
+
+
+def _hugging_face_block(block, max_position_embeddings, rope_theta=10000.0, seq_len=None):
+    """transformers' frequencies and attention factor for a Llama config (head_dim 128) whose
+    ``rope_scaling`` is ``block``, read by ``ROPE_INIT_FUNCTIONS[block["rope_type"]]``."""
+    pytest.importorskip("transformers")
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    config = LlamaConfig(
+        hidden_size=256,
+        num_attention_heads=2,
+        max_position_embeddings=max_position_embeddings,
+        rope_theta=rope_theta,
+        rope_scaling=dict(block),
+    )
+    inv_freq, attention_factor = ROPE_INIT_FUNCTIONS[block["rope_type"]](
+        config, "cpu", seq_len=seq_len
+    )
+    return inv_freq.to(F64), float(attention_factor)
+
+
+def _pecode_arguments(block, max_position_embeddings):
+    """The translation pecode.scaling's docstring gives: the block's ``rope_type`` is the
+    kind, its other entries are the parameters, and for ``dynamic`` the trained length,
+    which transformers reads from the top-level ``max_position_embeddings``, is passed as
+    ``original_max_position_embeddings``."""
+    params = {key: value for key, value in block.items() if key != "rope_type"}
+    if block["rope_type"] == "dynamic":
+        params["original_max_position_embeddings"] = max_position_embeddings
+    return block["rope_type"], params
+
+
+# (rope_scaling block, top-level max_position_embeddings, rope_theta, current length)
+HUGGING_FACE_BLOCKS = {
+    "linear": ({"rope_type": "linear", "factor": 4.0}, 4096, 10000.0, None),
+    "dynamic, at init": ({"rope_type": "dynamic", "factor": 4.0}, 4096, 10000.0, None),
+    "dynamic, 4 L0": ({"rope_type": "dynamic", "factor": 4.0}, 4096, 10000.0, 16384),
+    "dynamic, 2.5 L0": ({"rope_type": "dynamic", "factor": 2.0}, 2048, 500000.0, 5120),
+    "yarn, Qwen3 card": (
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+        131072,
+        1_000_000.0,
+        None,
+    ),
+    "yarn, betas": (
+        {
+            "rope_type": "yarn",
+            "factor": 8.0,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 16.0,
+            "beta_slow": 2.0,
+        },
+        32768,
+        10000.0,
+        None,
+    ),
+    "yarn, DeepSeek-V2 mscales": (
+        {
+            "rope_type": "yarn",
+            "factor": 40.0,
+            "original_max_position_embeddings": 4096,
+            "mscale": 0.707,
+            "mscale_all_dim": 0.707,
+        },
+        163840,
+        10000.0,
+        None,
+    ),
+    "yarn, unequal mscales": (
+        {
+            "rope_type": "yarn",
+            "factor": 40.0,
+            "original_max_position_embeddings": 4096,
+            "mscale": 1.0,
+            "mscale_all_dim": 0.5,
+        },
+        163840,
+        10000.0,
+        None,
+    ),
+    "yarn, attention_factor": (
+        {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 4096,
+            "attention_factor": 1.5,
+        },
+        16384,
+        10000.0,
+        None,
+    ),
+    "llama3, Llama 3.1": (
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        131072,
+        500000.0,
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(HUGGING_FACE_BLOCKS))
+def test_hugging_face_shaped_blocks_give_hugging_faces_frequencies(name):
+    # transformers (an independent implementation) reads the block; pecode gets the same
+    # block through the documented translation. Frequencies agree to transformers' float32
+    # rounding, attention factors (Python floats in both) to 1e-12.
+    block, max_positions, theta, seq_len = HUGGING_FACE_BLOCKS[name]
+    hf, hf_factor = _hugging_face_block(block, max_positions, theta, seq_len)
+    kind, params = _pecode_arguments(block, max_positions)
+    if seq_len is not None:
+        params["seq_len"] = seq_len
+    ours, factor = freqs(kind, base=theta, **params)
+    assert torch.allclose(hf, ours, rtol=1e-6, atol=0.0)
+    assert math.isclose(hf_factor, factor, rel_tol=1e-12)
+
+
+def test_kinds_shared_with_hugging_face():
+    # The module docstring's list: four kinds in common; transformers' longrope and
+    # proportional are not in pecode; pecode's ntk and base_change are not rope types there.
+    pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    assert set(ROPE_INIT_FUNCTIONS) & set(SCALING_KINDS) == {"linear", "dynamic", "yarn", "llama3"}
+    assert {"longrope", "proportional"} <= set(ROPE_INIT_FUNCTIONS) - set(SCALING_KINDS)
+    assert {"ntk", "base_change"} <= set(SCALING_KINDS) - set(ROPE_INIT_FUNCTIONS)
+
+
+def test_hugging_face_blocks_that_pecode_reads_differently():
+    # Each departure the module docstring lists, shown on transformers' own reading.
+    s, l0 = 4.0, 4096
+    # dynamic: transformers takes L0 from max_position_embeddings; pecode needs it named
+    block = {"rope_type": "dynamic", "factor": s}
+    with pytest.raises(ValueError, match="missing \\['original_max_position_embeddings'\\]"):
+        freqs("dynamic", factor=s)
+    hf, _ = _hugging_face_block(block, l0, seq_len=4 * l0)
+    assert torch.allclose(hf, dynamic_inv_freq_loop(128, 10000.0, s, l0, 4 * l0), rtol=1e-6)
+    # yarn, mscale alone: transformers ignores mscale (0.1 ln s + 1); DeepSeek-V2's code,
+    # whose default mscale_all_dim is 0, would give 0.1 * mscale * ln s + 1; pecode raises
+    block = {"rope_type": "yarn", "factor": s, "original_max_position_embeddings": l0}
+    _, hf_factor = _hugging_face_block({**block, "mscale": 0.707}, 4 * l0)
+    assert math.isclose(hf_factor, 0.1 * math.log(s) + 1, rel_tol=1e-12)
+    assert not math.isclose(hf_factor, 0.1 * 0.707 * math.log(s) + 1, rel_tol=1e-3)
+    with pytest.raises(ValueError, match="both mscale and mscale_all_dim"):
+        freqs("yarn", factor=s, original_max_position_embeddings=l0, mscale=0.707)
+    # yarn and llama3 without original_max_position_embeddings: transformers fills it in
+    # from max_position_embeddings; pecode raises
+    hf, _ = _hugging_face_block({"rope_type": "yarn", "factor": s}, l0)
+    assert torch.allclose(hf, yarn_inv_freq_code_loop(128, 10000.0, s, l0), rtol=1e-6)
+    with pytest.raises(ValueError, match="original_max_position_embeddings"):
+        freqs("yarn", factor=s)
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    hf, _ = _hugging_face_block(llama3, 8192, rope_theta=500000.0)
+    assert torch.allclose(hf, llama3_inv_freq_loop(128, 500000.0, 8.0, 1.0, 4.0, 8192), rtol=1e-6)
+    with pytest.raises(ValueError, match="original_max_position_embeddings"):
+        freqs("llama3", base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0)
+    # yarn with truncate=False (gpt-oss): transformers keeps the ramp's real-valued ends,
+    # which changes the ramp's pairs; pecode does not take truncate
+    hf_untruncated, _ = _hugging_face_block({**block, "truncate": False}, 4 * l0)
+    assert not torch.allclose(
+        hf_untruncated, freqs("yarn", **_pecode_arguments(block, 0)[1])[0], rtol=1e-3
+    )
+    with pytest.raises(ValueError, match="does not take \\['truncate'\\]"):
+        freqs("yarn", factor=s, original_max_position_embeddings=l0, truncate=False)
+
+
+def test_yarn_temperature_formula_values():
+    # The YaRN paper prints the formula sqrt(1/t) = 0.1 ln s + 1, not these values: they are
+    # the formula evaluated by hand (ln 4 = 1.3863, ln 16 = 2.7726, ln 32 = 3.4657).
+    # test_hugging_face_shaped_blocks_give_hugging_faces_frequencies compares the factor
+    # with transformers' own implementation.
     assert round(yarn_get_mscale(4.0), 4) == 1.1386
     assert round(yarn_get_mscale(16.0), 4) == 1.2773
     assert round(yarn_get_mscale(32.0), 4) == 1.3466
@@ -192,7 +464,12 @@ def test_llama3_has_no_jump_across_band_edges():
     assert steps.max().item() < 0.02  # ln 8 spread over many pairs, never one jump
 
 
-def test_base_change_published_bases():
+def test_base_change_config_constants():
+    # The bases typed again from the sources (no machine-readable copy is installed):
+    # 500000: the Llama 3 paper, §3.2, gives it as the value Xiong et al. (2023) showed
+    # effective up to 32,768 tokens; 1e6: the Code Llama paper (Rozière et al. 2023).
+    # What this checks is that each entry is a base change from 10000 whose frequencies
+    # are the default loop's at the new base.
     for name, base in [("llama2_long", 500000.0), ("code_llama", 1_000_000.0)]:
         config = dict(PUBLISHED_CONFIGS[name])
         kind = config.pop("kind")
@@ -291,3 +568,25 @@ def test_unseen_angle_pairs_by_hand():
         unseen_angle_pairs(trained, trained[:2], 100, 400)
     with pytest.raises(ValueError, match="length must be positive"):
         unseen_angle_pairs(trained, trained, 100, 0)
+
+
+def test_every_pair_turns_once_below_a_largest_base_and_no_smallest():
+    # Chapter 10, exercise 1. Over L0 = 4096 positions pair i turns L0 b^(-2i/d) / (2π)
+    # times; a smaller base speeds every pair up, so the bases for which every pair turns
+    # at least once form an interval (1, b*] with no smallest element, and the slowest pair
+    # (i = 63) sets b* = (L0 / 2π)^(d / (d - 2)) = 722.52. The fastest pair, θ_0 = 1, is
+    # the same for every base.
+    dim, length = 128, 4096
+    largest = (length / (2 * math.pi)) ** (dim / (dim - 2))
+    assert round(largest, 2) == 722.52
+
+    def turns(base):
+        return length * default_inv_freq_loop(dim, base) / (2 * math.pi)
+
+    for base in (1.5, 2.0, 100.0, 700.0, largest * (1 - 1e-9)):
+        assert bool((turns(base) >= 1).all()), base
+    assert math.isclose(turns(largest)[-1].item(), 1.0, rel_tol=1e-12)
+    assert turns(largest * (1 + 1e-9))[-1] < 1
+    assert int((turns(10000.0) < 1).sum()) == 18  # chapter 10's base: 18 pairs short of a turn
+    for base in (2.0, largest, 10000.0, 1e6):
+        assert default_inv_freq_loop(dim, base)[0].item() == 1.0

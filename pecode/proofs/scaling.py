@@ -203,6 +203,9 @@ def ntk_endpoints(exponent: sp.Expr | None = None) -> Proof:
 def dynamic_equals_default(offset: sp.Expr | None = None) -> Proof:
     """Dynamic NTK's bracket ``s L/L0 - (s-1)`` is 1 at ``L = L0``; the base grows with ``L``.
 
+    The bracket is the one of emozilla's 2023 post and Hugging Face transformers (the
+    ``dynamic`` kind of :mod:`pecode.scaling`); the YaRN paper's form is ``s = 1``.
+
     The bracket is substituted and differentiated inside the steps; the base formula
     itself (``b`` for ``L ≤ L0``) is the definition. Step 5 differentiates the base
     ``b·bracket^{d/(d-2)}`` (sympy applies the chain rule) and shows the derivative is the

@@ -16,6 +16,7 @@ from torch import Tensor
 __all__ = [
     "default_inv_freq_loop",
     "dynamic_inv_freq_loop",
+    "dynamic_ntk_paper_inv_freq_loop",
     "llama3_inv_freq_loop",
     "ntk_inv_freq_loop",
     "pi_angles_loop",
@@ -55,11 +56,20 @@ def dynamic_inv_freq_loop(
     dim: int, base: float, factor: float, original: int, seq_len: int
 ) -> Tensor:
     """Dynamic NTK: the NTK base with ``s' = s L / L0 - (s - 1)`` when ``L > L0``, else
-    the trained base (Hugging Face transformers' ``dynamic`` rope type)."""
+    the trained base (emozilla's 2023 post; Hugging Face transformers' ``dynamic`` rope
+    type)."""
     if seq_len <= original:
         return default_inv_freq_loop(dim, base)
     grown = factor * seq_len / original - (factor - 1.0)
     return default_inv_freq_loop(dim, base * math.pow(grown, dim / (dim - 2)))
+
+
+def dynamic_ntk_paper_inv_freq_loop(dim: int, base: float, original: int, seq_len: int) -> Tensor:
+    """Dynamic NTK as the YaRN paper states it (Peng et al. 2023, §3.3): at every forward
+    pass the NTK-aware rule with the scale ``s = max(1, l'/L)``, ``l'`` the current length
+    and ``L`` the trained one. Returns ``[dim // 2]``."""
+    scale = max(1.0, seq_len / original)
+    return ntk_inv_freq_loop(dim, base, scale)
 
 
 def _turns(dim: int, base: float, original: int) -> list[float]:
