@@ -182,9 +182,7 @@ def test_the_intro_maps_each_source_to_the_chapters_that_check_it():
         chapter = int(path.name[:2])
         in_table = _verdict_table_sources(nb)
         # the opening names exactly the sources whose claims the chapter's table checks
-        assert set(re.findall(r"\bsource (00[0-4])\b", nb.cells[0].source)) == in_table, (
-            path.name
-        )
+        assert set(re.findall(r"\bsource (00[0-4])\b", nb.cells[0].source)) == in_table, path.name
         for source in in_table:
             checked[source].add(chapter)
     assert claimed == checked

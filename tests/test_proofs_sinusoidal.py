@@ -67,9 +67,7 @@ def test_the_explicit_dot_product_loses_pos_only_for_the_right_table(
     lhs = sinusoidal_dot_product(dim, cos_offset=cos_offset).steps[2].lhs
     derivative = sp.diff(lhs, POS)
     points = [{POS: 3.7, K: 1.3}, {POS: 11.0, K: -2.9}]
-    values = [
-        abs(float(derivative.subs({**point, BASE: 10000, D: dim}))) for point in points
-    ]
+    values = [abs(float(derivative.subs({**point, BASE: 10000, D: dim}))) for point in points]
     assert (max(values) > 1e-6) is depends_on_pos, values
 
 
