@@ -106,24 +106,16 @@ def _chapter_row(notebook: str, number: str) -> list[str]:
     raise LookupError(f"{notebook} has no table of checked claims")
 
 
-AWAITING_LEAD = pytest.mark.xfail(
-    strict=True,
-    reason="issue 15 audit: the chapter row's verdict is to be changed by the lead "
-    "(see the helper's report); remove this mark once it is",
-)
-
 SAME_CLAIM = [
     ("08_rope_derived.ipynb", "4", "errata-000-rotate-half-orthogonality"),
     ("08_rope_derived.ipynb", "13", "errata-001-periodicity"),
     ("10_long_context.ipynb", "6", "errata-001-periodicity"),
     ("12_train_short_test_long.ipynb", "2", "errata-001-periodicity"),
     ("12_train_short_test_long.ipynb", "1", "errata-000-extrapolation"),
-    pytest.param(
-        "12_train_short_test_long.ipynb", "8", "errata-000-extrapolation", marks=AWAITING_LEAD
-    ),
+    ("12_train_short_test_long.ipynb", "8", "errata-000-extrapolation"),
     ("04_four_terms_and_shaw.ipynb", "1", "errata-000-offset-sign"),
-    pytest.param("09_rope_in_practice.ipynb", "7", "errata-000-mask-fp16", marks=AWAITING_LEAD),
-    pytest.param("09_rope_in_practice.ipynb", "12", "errata-001-head-dim", marks=AWAITING_LEAD),
+    ("09_rope_in_practice.ipynb", "7", "errata-000-mask-fp16"),
+    ("09_rope_in_practice.ipynb", "12", "errata-001-head-dim"),
 ]
 
 
