@@ -9,10 +9,12 @@ scheme                                     hooks it uses
 ========================================  ==========================================
 :class:`ShawRelativePosition`              ``score_bias`` (key term), ``output_term``
                                            (value term)
-:class:`TransformerXLRelativePosition`     ``score_bias`` (terms (b), (c), (d))
+:class:`TransformerXLRelativePosition`     ``score_bias`` (terms (b), (c), (d); with
+                                           ``causal=True`` only the causal part)
 :class:`T5RelativePositionBias`            ``score_bias`` (a learned bias per bucket),
                                            ``logit_scale`` (1, as in T5)
-:class:`DebertaRelativePosition`           ``score_bias`` (c2p + p2c), ``logit_scale``
+:class:`DebertaRelativePosition`           ``score_bias`` (c2p + p2c, as the released
+                                           code indexes them), ``logit_scale``
                                            (``1/sqrt(3 d)``)
 ========================================  ==========================================
 
@@ -33,15 +35,18 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from pecode._checks import check_int, check_position_pair, check_positions
-from pecode.attention import PositionScheme
+from pecode.attention import MultiHeadAttention, PositionScheme, causal_mask
 
 __all__ = [
     "DebertaRelativePosition",
     "ShawRelativePosition",
     "T5RelativePositionBias",
     "TransformerXLRelativePosition",
+    "deberta_attention",
+    "deberta_log_bucket",
     "deberta_position_terms",
     "deberta_relative_index",
+    "deberta_table_rows",
     "peak_tensor_memory",
     "relative_distances",
     "relative_shift",
@@ -294,56 +299,89 @@ class ShawRelativePosition(PositionScheme):
 # --------------------------------------------------------------------------- Transformer-XL
 
 
-def relative_distances(q_len: int, k_len: int, offset: int = 0) -> Tensor:
+def relative_distances(q_len: int, k_len: int, offset: int = 0, *, causal: bool = False) -> Tensor:
     """The query-minus-key distances that :func:`relative_shift` expects, largest first.
 
     Column ``c`` of the un-shifted scores belongs to distance
-    ``i - j = offset + (q_len - 1) - c``, for ``c = 0 .. q_len + k_len - 2``, where
-    ``offset = q_positions[0] - k_positions[0]``.
+    ``i - j = offset + (q_len - 1) - c``, where ``offset = q_positions[0] - k_positions[0]``.
+    All of them (``causal=False``): ``c = 0 .. q_len + k_len - 2``, every distance a pair
+    of the ``q_len`` queries and ``k_len`` keys can have. Causal (``causal=True``): only
+    ``c = 0 .. k_len - 1``, the distances of the pairs at or below the causal diagonal
+    when the queries are the last ``q_len`` of the keys (the layout of
+    :func:`pecode.attention.causal_mask`); with ``offset = k_len - q_len`` these are
+    ``k_len - 1, ..., 1, 0``, the distances Transformer-XL's code builds.
 
     Shapes::
 
-        returns: [q_len + k_len - 1](int64)
+        returns: [q_len + k_len - 1] or, causal, [k_len] (int64)
 
     Raises:
-        TypeError, ValueError: a length is not a positive int, or ``offset`` not an int.
+        TypeError: a length is not an int, ``offset`` not an int, ``causal`` not a bool.
+        ValueError: a length is not positive, or ``causal`` with ``k_len < q_len``.
     """
     check_int("q_len", q_len, 1)
     check_int("k_len", k_len, 1)
     if isinstance(offset, bool) or not isinstance(offset, int):
         raise TypeError(f"offset must be an int, got {type(offset).__name__}")
-    return torch.arange(offset + q_len - 1, offset - k_len, -1)
+    _check_causal_lengths(causal, q_len, k_len)
+    last = offset + q_len - (k_len if causal else q_len + k_len - 1)
+    return torch.arange(offset + q_len - 1, last - 1, -1)
 
 
-def relative_shift(scores: Tensor) -> Tensor:
+def _check_causal_lengths(causal: object, q_len: int, k_len: int) -> None:
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if causal and k_len < q_len:
+        raise ValueError(
+            f"causal needs k_len >= q_len (the queries are the last q_len keys), "
+            f"got q_len={q_len}, k_len={k_len}"
+        )
+
+
+def relative_shift(scores: Tensor, *, causal: bool = False) -> Tensor:
     """Turn scores indexed by (query, distance) into scores indexed by (query, key).
 
     ``out[..., i, j] = scores[..., i, (Lq - 1) - i + j]``: with the columns ordered as in
-    :func:`relative_distances`, entry ``(i, j)`` picks the column of distance ``i - j``.
-    Row ``i`` is row ``i`` of the input shifted left by ``Lq - 1 - i``; in memory that is
-    a strided view with row stride ``W - 1`` (``W = Lq + Lk - 1``), so no ``[Lq, Lk]``
-    index and no copy beyond making the input contiguous. This is the "skewing" of
-    Huang et al. (2018, §3.4.1) and the relative shift of Dai et al. (2019, App. B).
+    :func:`relative_distances`, entry ``(i, j)`` picks the column of distance ``i - j``
+    (plus the offset). Row ``i`` is row ``i`` of the input shifted left by
+    ``Lq - 1 - i``; in memory that is a strided view with row stride ``W - 1`` for an
+    input of ``W`` columns, so no ``[Lq, Lk]`` index and no copy beyond making the input
+    contiguous.
+
+    ``causal=False``: ``W = Lq + Lk - 1`` columns, every distance; every entry of the
+    result is right.
+
+    ``causal=True``: ``W = Lk`` columns, the distances of :func:`relative_distances` with
+    ``causal=True``. Only the entries at or below the causal diagonal,
+    ``j <= i + (Lk - Lq)``, are right; an entry above it holds a score of the next row
+    (another pair's), so the caller must mask those pairs, as a causal model does anyway.
+    This is what Transformer-XL's ``_rel_shift`` (Dai et al. 2019, App. B, and their
+    code) and the Music Transformer's "skewing" (Huang et al. 2018, §3.4.1, described for
+    masked attention) compute with a pad-and-reshape: the same entries below the
+    diagonal, other wrong ones above it. It multiplies by ``Lk`` distances instead of
+    ``Lq + Lk - 1``, about half the work of terms (b) + (d) when ``Lq = Lk``.
 
     Shapes::
 
-        scores: [..., Lq, Lq + Lk - 1]    returns: [..., Lq, Lk] (a view)
+        scores: [..., Lq, Lq + Lk - 1], or causal [..., Lq, Lk] with Lk >= Lq
+        returns: [..., Lq, Lk] (a view)
 
     Raises:
-        TypeError: ``scores`` is not a tensor.
-        ValueError: ``scores`` has fewer than two dimensions, or ``Lq + Lk - 1`` columns
-            with ``Lk < 1``.
+        TypeError: ``scores`` is not a tensor, or ``causal`` not a bool.
+        ValueError: ``scores`` has fewer than two dimensions, fewer than ``Lq`` columns.
     """
     if not isinstance(scores, Tensor):
         raise TypeError(f"scores must be a torch.Tensor, got {type(scores).__name__}")
     if scores.dim() < 2:
         raise ValueError(f"scores must have at least 2 dimensions, got {scores.dim()}")
     q_len, width = scores.shape[-2:]
-    k_len = width - q_len + 1
-    if k_len < 1:
+    k_len = width if causal else width - q_len + 1
+    _check_causal_lengths(causal, q_len, k_len)
+    if width < q_len:
         raise ValueError(f"scores must have at least Lq={q_len} columns, got {width}")
     scores = scores.contiguous()
-    # flat offset of (i, j) = i * W + (Lq - 1) - i + j = i * (W - 1) + (Lq - 1) + j
+    # flat offset of (i, j) = i * W + (Lq - 1) - i + j = i * (W - 1) + (Lq - 1) + j; the
+    # largest, (Lq - 1) * W + W - 1, stays inside the input in both modes
     size = (*scores.shape[:-2], q_len, k_len)
     stride = (*scores.stride()[:-2], width - 1, 1)
     return scores.as_strided(size, stride, scores.storage_offset() + q_len - 1)
@@ -378,7 +416,7 @@ def sinusoidal_relative_encoding(distances: Tensor, dim: int, base: float = 1000
 
 
 def transformer_xl_position_terms(
-    q: Tensor, k: Tensor, rel_keys: Tensor, u: Tensor, v: Tensor
+    q: Tensor, k: Tensor, rel_keys: Tensor, u: Tensor, v: Tensor, *, causal: bool = False
 ) -> Tensor:
     """Terms (b) + (c) + (d) of Transformer-XL's relative attention score.
 
@@ -386,26 +424,34 @@ def transformer_xl_position_terms(
     + (c) uᵀ k_j + (d) vᵀ W_{k,R} R_{i-j}``, with ``q_i = W_q x_i``, ``k_j = W_{k,E} x_j``.
     Term (a) is ordinary attention; this returns the rest, unscaled. (c) is
     ``u · k_j`` for every query; (b) + (d) is ``(q_i + v) · r_{i-j}`` with
-    ``r = W_{k,R} R``: one product against the ``Lq + Lk - 1`` projected encodings,
-    then :func:`relative_shift`, so the ``[Lq, Lk, Dh]`` tensor never exists.
+    ``r = W_{k,R} R``: one product against the projected encodings of the distances of
+    :func:`relative_distances`, then :func:`relative_shift`, so the ``[Lq, Lk, Dh]``
+    tensor never exists.
+
+    ``causal=False``: ``rel_keys`` holds all ``Lq + Lk - 1`` distances and every entry is
+    right. ``causal=True``: ``rel_keys`` holds the ``Lk`` distances of the causal part
+    (about half the product when ``Lq = Lk``), and only the entries with
+    ``j <= i + (Lk - Lq)`` are right; the others hold other pairs' terms and must be
+    masked, as :class:`TransformerXLRelativePosition` does.
 
     Shapes::
 
         q: [B, H, Lq, Dh]    k: [B, H, Lk, Dh]
-        rel_keys: [H, Lq + Lk - 1, Dh], column c for distance i - j as in
-                  :func:`relative_distances`
+        rel_keys: [H, Lq + Lk - 1, Dh], or causal [H, Lk, Dh], column c for the distance
+                  of :func:`relative_distances`
         u, v: [H, Dh] (the global content and position biases)
         returns: [B, H, Lq, Lk]
 
     Raises:
-        TypeError, ValueError: bad types or mismatched shapes.
+        TypeError, ValueError: bad types or mismatched shapes, ``causal`` with ``Lk < Lq``.
     """
     _check_heads("q", q)
     _check_heads("k", k, q.shape[-1])
     heads, head_dim = q.shape[1], q.shape[-1]
     if k.shape[:2] != q.shape[:2]:
         raise ValueError(f"q and k must agree in [B, H], got {tuple(q.shape)}, {tuple(k.shape)}")
-    width = q.shape[2] + k.shape[2] - 1
+    _check_causal_lengths(causal, q.shape[2], k.shape[2])
+    width = k.shape[2] if causal else q.shape[2] + k.shape[2] - 1
     if tuple(rel_keys.shape) != (heads, width, head_dim):
         raise ValueError(
             f"rel_keys must have shape [{heads}, {width}, {head_dim}], got {tuple(rel_keys.shape)}"
@@ -417,7 +463,7 @@ def transformer_xl_position_terms(
             )
     content_bias = (k @ u.unsqueeze(-1)).transpose(-2, -1)  # (c): [B, H, 1, Lk]
     by_distance = (q + v.unsqueeze(1)) @ rel_keys.transpose(-2, -1)  # (b)+(d): [B, H, Lq, W]
-    return relative_shift(by_distance) + content_bias
+    return relative_shift(by_distance, causal=causal) + content_bias
 
 
 def _consecutive_start(name: str, positions: Tensor) -> int:
@@ -445,46 +491,67 @@ class TransformerXLRelativePosition(PositionScheme):
         model_dim: width of ``R`` (the model width in the paper), positive and even.
         num_heads: ``H`` (positive).
         head_dim: ``Dh`` (positive).
+        causal: compute (b) + (d) for the ``Lk`` distances of the causal part only
+            (:func:`relative_shift` with ``causal=True``, Transformer-XL's shortcut) and
+            give the keys after each query (in the layout of
+            :func:`pecode.attention.causal_mask`) a bias of ``-inf``: the scheme is then
+            causal by itself, and its terms equal the full computation's wherever a
+            causal layer looks.
 
     Raises:
-        TypeError, ValueError: an argument is not a positive int, or ``model_dim`` is odd.
+        TypeError, ValueError: an argument is not a positive int, ``model_dim`` is odd,
+            or ``causal`` is not a bool.
     """
 
-    def __init__(self, model_dim: int, num_heads: int, head_dim: int) -> None:
+    def __init__(
+        self, model_dim: int, num_heads: int, head_dim: int, *, causal: bool = False
+    ) -> None:
         super().__init__()
         self.model_dim = check_int("model_dim", model_dim, 1)
         self.num_heads = check_int("num_heads", num_heads, 1)
         self.head_dim = check_int("head_dim", head_dim, 1)
         if model_dim % 2:
             raise ValueError(f"model_dim must be even, got {model_dim}")
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+        self.causal = causal
         self.rel_proj = nn.Linear(model_dim, num_heads * head_dim, bias=False)  # W_{k,R}
         self.u = nn.Parameter(torch.zeros(num_heads, head_dim))
         self.v = nn.Parameter(torch.zeros(num_heads, head_dim))
 
     def rel_keys(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
-        """``W_{k,R} R_d`` for the distances of :func:`relative_distances`: ``[H, W, Dh]``."""
-        distances = relative_distances(q_len, k_len, offset).to(self.u.device)
-        encoding = sinusoidal_relative_encoding(distances, self.model_dim).to(self.u.dtype)
-        projected = self.rel_proj(encoding).view(-1, self.num_heads, self.head_dim)
+        """``W_{k,R} R_d`` for the distances of :func:`relative_distances`: ``[H, W, Dh]``.
+
+        ``W = Lq + Lk - 1``, or ``Lk`` when the scheme is causal.
+        """
+        distances = relative_distances(q_len, k_len, offset, causal=self.causal)
+        encoding = sinusoidal_relative_encoding(distances.to(self.u.device), self.model_dim)
+        projected = self.rel_proj(encoding.to(self.u.dtype)).view(-1, self.num_heads, self.head_dim)
         return projected.transpose(0, 1)
 
     def score_bias(self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
-        """``((b) + (c) + (d)) / sqrt(Dh)``: ``[B, H, Lq, Lk]``.
+        """``((b) + (c) + (d)) / sqrt(Dh)``: ``[B, H, Lq, Lk]`` (``-inf`` after a causal query).
 
         Raises:
-            ValueError: positions are not 1-D runs ``p, p + 1, ...``.
+            ValueError: positions are not 1-D runs ``p, p + 1, ...``, or (causal) there
+                are fewer keys than queries.
         """
-        if (q_positions.shape[-1], k_positions.shape[-1]) != (q.shape[2], k.shape[2]):
+        q_len, k_len = q.shape[2], k.shape[2]
+        if (q_positions.shape[-1], k_positions.shape[-1]) != (q_len, k_len):
             raise ValueError(
                 f"positions of lengths {q_positions.shape[-1]}, {k_positions.shape[-1]} "
-                f"do not match q and k of lengths {q.shape[2]}, {k.shape[2]}"
+                f"do not match q and k of lengths {q_len}, {k_len}"
             )
         offset = _consecutive_start("q_positions", q_positions) - _consecutive_start(
             "k_positions", k_positions
         )
-        rel_keys = self.rel_keys(q.shape[2], k.shape[2], offset)
-        terms = transformer_xl_position_terms(q, k, rel_keys, self.u, self.v)
-        return terms * self.logit_scale(q.shape[-1])
+        _check_causal_lengths(self.causal, q_len, k_len)
+        rel_keys = self.rel_keys(q_len, k_len, offset)
+        terms = transformer_xl_position_terms(q, k, rel_keys, self.u, self.v, causal=self.causal)
+        terms = terms * self.logit_scale(q.shape[-1])
+        if self.causal:  # the entries above the diagonal are other pairs' terms
+            terms = terms.masked_fill(~causal_mask(q_len, k_len, q.device), float("-inf"))
+        return terms
 
 
 # --------------------------------------------------------------------------- T5
@@ -603,26 +670,115 @@ class T5RelativePositionBias(PositionScheme):
 
 # --------------------------------------------------------------------------- DeBERTa
 
+_P2C_INDEX = ("released", "paper")
 
-def deberta_relative_index(q_positions: Tensor, k_positions: Tensor, max_distance: int) -> Tensor:
-    """DeBERTa's ``δ(i, j)`` for each (query, key) pair.
+
+def _check_buckets(position_buckets: object, max_distance: object) -> None:
+    """``position_buckets`` None or an int >= 2; with buckets, ``max_distance > buckets/2 + 1``."""
+    check_int("max_distance", max_distance, 1)
+    if position_buckets is None:
+        return
+    check_int("position_buckets", position_buckets, 2)
+    mid = position_buckets // 2
+    if max_distance <= mid + 1:
+        raise ValueError(
+            f"max_distance={max_distance} must exceed position_buckets // 2 + 1 = {mid + 1}: "
+            f"the log buckets run from distance {mid} to max_distance - 1"
+        )
+
+
+def deberta_table_rows(max_distance: int, position_buckets: int | None = None) -> int:
+    """Rows of DeBERTa's relative-embedding table ``P``: ``2k``, or ``2 * position_buckets``.
+
+    Raises:
+        TypeError, ValueError: as :func:`deberta_relative_index`.
+    """
+    _check_buckets(position_buckets, max_distance)
+    return 2 * (max_distance if position_buckets is None else position_buckets)
+
+
+def deberta_log_bucket(
+    relative_position: Tensor, position_buckets: int, max_distance: int
+) -> Tensor:
+    """DeBERTa-v2/v3's log buckets of a query-minus-key distance ``r``.
+
+    Not in the DeBERTa paper: the released code (``make_log_bucket_position`` of the
+    authors' DeBERTa-v2 code and of Hugging Face's ``DebertaV2``) keeps distances with
+    ``|r| <= m``, ``m = position_buckets // 2``, and maps a larger one to
+    ``sign(r) * (m + ceil((m - 1) * ln(|r| / m) / ln((max_distance - 1) / m)))``, which
+    reaches ``±(2m - 1)`` at ``|r| = max_distance - 1`` and keeps growing past it (the
+    clamp of :func:`deberta_relative_index` then saturates it). The logarithms are taken
+    in float32, as in Hugging Face's version (the authors' uses float64 NumPy); the book's
+    tests find the same integers as a float64 loop on every offset from -3000 to 3000 for
+    the settings they try, and as Hugging Face's function.
+
+    Shapes::
+
+        relative_position: [...] (integer)    returns: [...] (int64)
+
+    Raises:
+        TypeError: ``relative_position`` is not an integer tensor, or a count not an int.
+        ValueError: ``position_buckets < 2``, or ``max_distance <= position_buckets // 2 + 1``.
+    """
+    if not isinstance(relative_position, Tensor):
+        raise TypeError(
+            f"relative_position must be a torch.Tensor, got {type(relative_position).__name__}"
+        )
+    if relative_position.is_floating_point() or relative_position.dtype == torch.bool:
+        raise TypeError(
+            f"relative_position must be an integer tensor, got {relative_position.dtype}"
+        )
+    if position_buckets is None:
+        raise TypeError("position_buckets must be an int, got NoneType")
+    _check_buckets(position_buckets, max_distance)
+    mid = position_buckets // 2
+    relative_position = relative_position.long()
+    distance = relative_position.abs()
+    # float32 throughout, in Hugging Face's order of operations; distances below
+    # mid are clamped only to keep the logarithm finite: their bucket is the distance
+    scaled = distance.clamp(min=mid).to(torch.float32) / mid
+    log_ratio = torch.tensor((max_distance - 1) / mid, dtype=torch.float32).log()
+    far = torch.ceil(scaled.log() / log_ratio.to(scaled.device) * (mid - 1)) + mid
+    return torch.where(distance <= mid, relative_position, relative_position.sign() * far.long())
+
+
+def deberta_relative_index(
+    q_positions: Tensor,
+    k_positions: Tensor,
+    max_distance: int,
+    *,
+    position_buckets: int | None = None,
+) -> Tensor:
+    """DeBERTa's ``δ(i, j)`` for each (query, key) pair: the row of ``P`` it reads.
 
     He et al. (2021), eq. (3): ``δ(i, j) = 0`` if ``i - j <= -k``, ``2k - 1`` if
-    ``i - j >= k``, and ``i - j + k`` otherwise, so ``2k`` rows and the offset is query
-    minus key (the opposite sign to Shaw's and T5's).
+    ``i - j >= k``, and ``i - j + k`` otherwise, so ``2k`` rows, and the offset is query
+    minus key (the opposite sign to Shaw's and T5's). With ``position_buckets = b``
+    (DeBERTa-v2/v3's released code, not in the paper) ``i - j`` is first replaced by
+    :func:`deberta_log_bucket` and the table has ``2b`` rows:
+    ``δ(i, j) = clamp(bucket(i - j) + b, 0, 2b - 1)``.
+
+    ``max_distance`` is Hugging Face's ``max_relative_positions`` in both cases: ``k``
+    without buckets, the distance where the log buckets reach the last row with them.
 
     Shapes::
 
         q_positions: [Lq] or [B, Lq]    k_positions: [Lk] or [B, Lk]
-        returns: [Lq, Lk] or [B, Lq, Lk] (int64, in 0 .. 2k - 1)
+        returns: [Lq, Lk] or [B, Lq, Lk] (int64, in 0 .. rows - 1)
 
     Raises:
-        TypeError: bad positions or ``max_distance`` not an int.
-        ValueError: ``max_distance`` is not positive.
+        TypeError: bad positions, or a count not an int.
+        ValueError: ``max_distance`` not positive, or bad ``position_buckets`` (see
+            :func:`deberta_log_bucket`).
     """
-    k = check_int("max_distance", max_distance, 1)
+    _check_buckets(position_buckets, max_distance)
     query_minus_key = _pairwise_offsets(q_positions, k_positions).long().neg_()
-    return query_minus_key.add_(k).clamp_(0, 2 * k - 1)
+    if position_buckets is None:
+        span = max_distance
+    else:
+        span = position_buckets
+        query_minus_key = deberta_log_bucket(query_minus_key, position_buckets, max_distance)
+    return query_minus_key.add_(span).clamp_(0, 2 * span - 1)
 
 
 def deberta_position_terms(
@@ -633,35 +789,60 @@ def deberta_position_terms(
     q_positions: Tensor,
     k_positions: Tensor,
     max_distance: int,
+    p2c_index: str = "released",
+    *,
+    position_buckets: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """DeBERTa's content-to-position and position-to-content scores, unscaled.
 
-    He et al. (2021), eq. (4): ``c2p_ij = Q^c_i · K^r_{δ(i,j)}`` and
-    ``p2c_ij = K^c_j · Q^r_{δ(j,i)}``, with ``Q^r = P W_{q,r}``, ``K^r = P W_{k,r}`` the
-    projected relative embeddings. Both are a product against the ``2k`` rows followed by
-    a gather (the paper's Algorithm 1), never an ``[Lq, Lk, Dh]`` tensor.
+    ``c2p_ij = Q^c_i · K^r_{δ(i,j)}`` (He et al. 2021, eq. 4, and every released code).
+    The position-to-content term is where the paper and the code differ:
+
+    - ``p2c_index="released"`` (the default): ``p2c_ij = K^c_j · Q^r_{δ(i,j)}``, the same
+      row as c2p. This is what the authors' code (v1 and v2) and Hugging Face's
+      ``Deberta``/``DebertaV2`` compute (in the key's row ``j`` they gather column
+      ``clamp(-(j - i) + k)``, which is ``δ(i, j)``, and transpose), so it is what every
+      released checkpoint was trained with.
+    - ``p2c_index="paper"``: ``p2c_ij = K^c_j · Q^r_{δ(j,i)}``, eq. (4) as printed.
+
+    Inside the clipping window ``δ(j, i) = 2k - δ(i, j)``, a reversal of the rows, but at
+    its edges the two differ: the paper's p2c tells apart the offsets ``i - j`` from
+    ``-(k - 1)`` to ``k``, the released one those from ``-k`` to ``k - 1``.
+
+    ``Q^r = P W_{q,r}``, ``K^r = P W_{k,r}`` are the projected relative embeddings (with
+    ``share_att_key``, ``P W_Q`` and ``P W_K``). Both terms are a product against the rows
+    followed by a gather (the paper's Algorithm 1), never an ``[Lq, Lk, Dh]`` tensor.
 
     Shapes::
 
         q: [B, H, Lq, Dh] (Q^c)    k: [B, H, Lk, Dh] (K^c)
-        q_rel, k_rel: [H, 2 * max_distance, Dh] (Q^r, K^r)
+        q_rel, k_rel: [H, rows, Dh] (Q^r, K^r), rows = deberta_table_rows(...)
         returns: (c2p, p2c), each [B, H, Lq, Lk]
 
     Raises:
-        TypeError, ValueError: bad types, mismatched shapes, ``max_distance < 1``.
+        TypeError, ValueError: bad types, mismatched shapes, a bad count (as in
+            :func:`deberta_relative_index`), or ``p2c_index`` not "released"/"paper".
     """
-    index_c2p = deberta_relative_index(q_positions, k_positions, max_distance)  # δ(i, j)
-    index_p2c = deberta_relative_index(k_positions, q_positions, max_distance)  # δ(j, i)
+    if p2c_index not in _P2C_INDEX:
+        raise ValueError(f"p2c_index must be 'released' or 'paper', got {p2c_index!r}")
+    index_c2p = deberta_relative_index(
+        q_positions, k_positions, max_distance, position_buckets=position_buckets
+    )  # δ(i, j): [Lq, Lk]
+    if p2c_index == "released":  # δ(i, j) again, read from the key's side: [Lk, Lq]
+        index_p2c = index_c2p.transpose(-2, -1)
+    else:  # δ(j, i): [Lk, Lq]
+        index_p2c = deberta_relative_index(
+            k_positions, q_positions, max_distance, position_buckets=position_buckets
+        )
     _check_heads("q", q)
     _check_heads("k", k, q.shape[-1])
     batch, heads, q_len, head_dim = q.shape
     k_len = k.shape[2]
+    rows = deberta_table_rows(max_distance, position_buckets)
     for name, rel in (("q_rel", q_rel), ("k_rel", k_rel)):
-        if tuple(rel.shape) != (heads, 2 * max_distance, head_dim):
-            raise ValueError(
-                f"{name} must have shape [{heads}, {2 * max_distance}, {head_dim}], "
-                f"got {tuple(rel.shape)}"
-            )
+        if not isinstance(rel, Tensor) or tuple(rel.shape) != (heads, rows, head_dim):
+            shape = tuple(rel.shape) if isinstance(rel, Tensor) else type(rel).__name__
+            raise ValueError(f"{name} must have shape [{heads}, {rows}, {head_dim}], got {shape}")
     if index_c2p.shape[-2:] != (q_len, k_len):
         raise ValueError(
             f"positions give [{index_c2p.shape[-2]}, {index_c2p.shape[-1]}] pairs, "
@@ -673,56 +854,198 @@ def deberta_position_terms(
 
 
 class DebertaRelativePosition(PositionScheme):
-    """DeBERTa's disentangled attention (He et al. 2021, §3.1, eq. 4).
+    """DeBERTa's disentangled attention (He et al. 2021, §3.1), paper and released forms.
 
-    ``Ã_ij = Q^c_i·K^c_j + Q^c_i·K^r_{δ(i,j)} + K^c_j·Q^r_{δ(j,i)}``, divided by
+    ``Ã_ij = Q^c_i·K^c_j + Q^c_i·K^r_{δ(i,j)} + K^c_j·Q^r_{δ(i,j)}``, divided by
     ``sqrt(3 Dh)``: the module's ``q·k`` is the first term and :meth:`logit_scale` the
-    factor; the scheme adds the other two, scaled the same. ``P`` (``2k`` relative
-    embeddings of width ``model_dim``) and the position projections ``W_{q,r}``,
-    ``W_{k,r}`` are parameters of the scheme (the paper shares ``P`` across layers:
-    share the scheme's ``rel_embeddings`` to do the same).
+    factor; the scheme adds the other two, scaled the same. The p2c row is the released
+    code's ``δ(i, j)``; the paper's eq. (4) prints ``δ(j, i)`` (``p2c_index="paper"``,
+    see :func:`deberta_position_terms`). ``P`` (the relative embeddings, width
+    ``model_dim``) and, unless shared, the position projections ``W_{q,r}``, ``W_{k,r}``
+    are parameters of the scheme.
+
+    The defaults are the paper's v1 form: separate ``W_{q,r}``, ``W_{k,r}`` without
+    biases, ``2k`` rows, no normalisation. The keyword options give the released
+    DeBERTa-v2/v3 variants, named as in Hugging Face's ``DebertaV2Config``; the v3
+    checkpoints use ``position_buckets=256``, ``max_distance=512``,
+    ``share_att_key=True``, ``norm_rel_ebd=True`` (:func:`deberta_attention` builds such
+    a layer).
 
     Args:
         model_dim: width of ``P`` (the hidden size in the paper), positive.
         num_heads, head_dim: ``H`` and ``Dh``, positive.
-        max_distance: ``k``, positive.
+        max_distance: ``k`` (Hugging Face's ``max_relative_positions``), positive.
+        position_buckets: ``None`` (the paper: ``2k`` rows) or ``b`` for
+            :func:`deberta_log_bucket`'s log buckets (``2b`` rows).
+        share_att_key: project ``P`` with the layer's content projections ``W_Q``,
+            ``W_K`` (and their biases) instead of ``W_{q,r}``, ``W_{k,r}``; the scheme
+            must then be bound to its layer (:meth:`bind_content_projections`).
+        pos_proj_bias: give ``W_{q,r}`` and ``W_{k,r}`` biases, as Hugging Face's
+            ``pos_query_proj`` / ``pos_key_proj`` have (only without ``share_att_key``).
+        norm_rel_ebd: apply a LayerNorm (with weight and bias) to ``P`` before projecting
+            (``norm_rel_ebd="layer_norm"`` in the v2/v3 configs).
+        layer_norm_eps: that LayerNorm's epsilon (``1e-7`` in the configs), positive.
+        p2c_index: "released" (``δ(i, j)``) or "paper" (``δ(j, i)``).
+
+    To share ``P`` across layers, as the paper and the released models do, give every
+    layer's scheme the same ``rel_embeddings`` (and ``rel_norm``) objects. With
+    ``share_att_key`` each layer needs its own scheme, since each layer has its own
+    ``W_Q``, ``W_K``.
 
     Raises:
-        TypeError, ValueError: an argument is not a positive int.
+        TypeError, ValueError: a count is not a positive int, bad ``position_buckets``
+            (see :func:`deberta_log_bucket`), a flag is not a bool, ``layer_norm_eps``
+            not a positive number, ``pos_proj_bias`` with ``share_att_key``, or a bad
+            ``p2c_index``.
     """
 
-    def __init__(self, model_dim: int, num_heads: int, head_dim: int, max_distance: int) -> None:
+    def __init__(
+        self,
+        model_dim: int,
+        num_heads: int,
+        head_dim: int,
+        max_distance: int,
+        *,
+        position_buckets: int | None = None,
+        share_att_key: bool = False,
+        pos_proj_bias: bool = False,
+        norm_rel_ebd: bool = False,
+        layer_norm_eps: float = 1e-7,
+        p2c_index: str = "released",
+    ) -> None:
         super().__init__()
         self.model_dim = check_int("model_dim", model_dim, 1)
         self.num_heads = check_int("num_heads", num_heads, 1)
         self.head_dim = check_int("head_dim", head_dim, 1)
-        self.max_distance = check_int("max_distance", max_distance, 1)
-        self.rel_embeddings = nn.Parameter(torch.randn(2 * max_distance, model_dim) * 0.02)
-        self.pos_q_proj = nn.Linear(model_dim, num_heads * head_dim, bias=False)  # W_{q,r}
-        self.pos_k_proj = nn.Linear(model_dim, num_heads * head_dim, bias=False)  # W_{k,r}
+        rows = deberta_table_rows(max_distance, position_buckets)
+        self.max_distance = max_distance
+        self.position_buckets = position_buckets
+        for name, flag in (
+            ("share_att_key", share_att_key),
+            ("pos_proj_bias", pos_proj_bias),
+            ("norm_rel_ebd", norm_rel_ebd),
+        ):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+        if share_att_key and pos_proj_bias:
+            raise ValueError(
+                "pos_proj_bias is for the scheme's own W_{q,r}, W_{k,r}; with share_att_key=True "
+                "the layer's projections and their biases are used"
+            )
+        if isinstance(layer_norm_eps, bool) or not isinstance(layer_norm_eps, (int, float)):
+            raise TypeError(f"layer_norm_eps must be a number, got {type(layer_norm_eps).__name__}")
+        if not layer_norm_eps > 0:
+            raise ValueError(f"layer_norm_eps must be positive, got {layer_norm_eps}")
+        if p2c_index not in _P2C_INDEX:
+            raise ValueError(f"p2c_index must be 'released' or 'paper', got {p2c_index!r}")
+        self.share_att_key = share_att_key
+        self.p2c_index = p2c_index
+        self.rel_embeddings = nn.Parameter(torch.randn(rows, model_dim) * 0.02)
+        self.rel_norm = nn.LayerNorm(model_dim, eps=float(layer_norm_eps)) if norm_rel_ebd else None
+        width = num_heads * head_dim
+        if share_att_key:
+            self.pos_q_proj = self.pos_k_proj = None
+        else:
+            self.pos_q_proj = nn.Linear(model_dim, width, bias=pos_proj_bias)  # W_{q,r}
+            self.pos_k_proj = nn.Linear(model_dim, width, bias=pos_proj_bias)  # W_{k,r}
+        # (W_Q, W_K) of the layer, held without registering them a second time
+        self._content_projections: tuple[nn.Linear, nn.Linear] | None = None
+
+    def bind_content_projections(self, layer: MultiHeadAttention) -> None:
+        """Use ``layer``'s ``q_proj`` and ``k_proj`` for ``P`` (``share_att_key=True``).
+
+        Raises:
+            ValueError: the scheme does not share projections, ``layer`` does not hold
+                this scheme, or its sizes differ from the scheme's.
+            TypeError: ``layer`` is not a :class:`~pecode.attention.MultiHeadAttention`.
+        """
+        if not self.share_att_key:
+            raise ValueError("bind_content_projections needs share_att_key=True")
+        if not isinstance(layer, MultiHeadAttention):
+            raise TypeError(f"layer must be a MultiHeadAttention, got {type(layer).__name__}")
+        if layer.position is not self:
+            raise ValueError("layer must hold this scheme as its position scheme")
+        sizes = (layer.embed_dim, layer.num_heads, layer.head_dim)
+        if sizes != (self.model_dim, self.num_heads, self.head_dim):
+            raise ValueError(
+                f"layer has (embed_dim, num_heads, head_dim) = {sizes}, the scheme "
+                f"{(self.model_dim, self.num_heads, self.head_dim)}"
+            )
+        self._content_projections = (layer.q_proj, layer.k_proj)
 
     def logit_scale(self, head_dim: int) -> float:
         """``1 / sqrt(3 Dh)``: three terms of variance ``Dh`` each (He et al., eq. 4)."""
         return 1.0 / math.sqrt(3 * head_dim)
 
     def projected(self) -> tuple[Tensor, Tensor]:
-        """``(Q^r, K^r)``, each ``[H, 2k, Dh]``."""
-        rows = self.rel_embeddings.shape[0]
+        """``(Q^r, K^r)``, each ``[H, rows, Dh]``: ``P`` (normalised if asked) projected.
+
+        Raises:
+            RuntimeError: ``share_att_key`` and no layer bound yet.
+        """
+        table = self.rel_embeddings
+        if self.rel_norm is not None:
+            table = self.rel_norm(table)
+        if self.share_att_key:
+            if self._content_projections is None:
+                raise RuntimeError(
+                    "share_att_key=True: call bind_content_projections(layer) first "
+                    "(deberta_attention does it)"
+                )
+            q_proj, k_proj = self._content_projections
+        else:
+            q_proj, k_proj = self.pos_q_proj, self.pos_k_proj
 
         def split(t: Tensor) -> Tensor:
-            return t.view(rows, self.num_heads, self.head_dim).transpose(0, 1)
+            return t.view(table.shape[0], self.num_heads, self.head_dim).transpose(0, 1)
 
-        return split(self.pos_q_proj(self.rel_embeddings)), split(
-            self.pos_k_proj(self.rel_embeddings)
-        )
+        return split(q_proj(table)), split(k_proj(table))
 
     def score_bias(self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         """``(c2p + p2c) / sqrt(3 Dh)``: ``[B, H, Lq, Lk]``."""
         q_rel, k_rel = self.projected()
         c2p, p2c = deberta_position_terms(
-            q, k, q_rel, k_rel, q_positions, k_positions, self.max_distance
+            q,
+            k,
+            q_rel,
+            k_rel,
+            q_positions,
+            k_positions,
+            self.max_distance,
+            self.p2c_index,
+            position_buckets=self.position_buckets,
         )
         return (c2p + p2c) * self.logit_scale(q.shape[-1])
+
+
+def deberta_attention(
+    embed_dim: int,
+    num_heads: int,
+    max_distance: int,
+    *,
+    bias: bool = True,
+    dropout: float = 0.0,
+    **options: Any,
+) -> MultiHeadAttention:
+    """A :class:`~pecode.attention.MultiHeadAttention` with DeBERTa's disentangled attention.
+
+    ``options`` go to :class:`DebertaRelativePosition` (``position_buckets``,
+    ``share_att_key``, ``norm_rel_ebd``, ...); with ``share_att_key=True`` the scheme is
+    bound to the layer's projections. ``bias`` is the layer's (content projections have
+    biases in the released models). A layer shaped like DeBERTa-v3-base's::
+
+        deberta_attention(768, 12, 512, position_buckets=256, share_att_key=True, norm_rel_ebd=True)
+
+    Raises:
+        TypeError, ValueError: as :class:`~pecode.attention.MultiHeadAttention` and
+            :class:`DebertaRelativePosition`.
+    """
+    layer = MultiHeadAttention(embed_dim, num_heads, bias=bias, dropout=dropout)
+    scheme = DebertaRelativePosition(embed_dim, num_heads, layer.head_dim, max_distance, **options)
+    layer.position = scheme
+    if scheme.share_att_key:
+        scheme.bind_content_projections(layer)
+    return layer
 
 
 # --------------------------------------------------------------------------- memory

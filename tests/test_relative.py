@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from torch.utils.flop_counter import FlopCounterMode
 
-from pecode.attention import MultiHeadAttention
+from pecode.attention import MultiHeadAttention, forward_in_chunks
 from pecode.reference import multi_head_attention_loop
 from pecode.reference.relative import (
+    deberta_log_bucket_loop,
     deberta_scores_loop,
     shaw_attention_loop,
     t5_bucket_loop,
@@ -22,8 +25,11 @@ from pecode.relative import (
     ShawRelativePosition,
     T5RelativePositionBias,
     TransformerXLRelativePosition,
+    deberta_attention,
+    deberta_log_bucket,
     deberta_position_terms,
     deberta_relative_index,
+    deberta_table_rows,
     peak_tensor_memory,
     relative_distances,
     relative_shift,
@@ -196,6 +202,96 @@ def test_relative_shift_bad_input():
         relative_shift(torch.randn(5, 3))
     with pytest.raises(ValueError, match="dimensions"):
         relative_shift(torch.randn(5))
+    with pytest.raises(ValueError, match="k_len >= q_len"):
+        relative_shift(torch.randn(5, 4), causal=True)
+    with pytest.raises(TypeError, match="causal"):
+        relative_shift(torch.randn(3, 5), causal=1)
+    with pytest.raises(ValueError, match="k_len >= q_len"):
+        relative_distances(5, 4, causal=True)
+
+
+def txl_pad_and_reshape(scores: torch.Tensor) -> torch.Tensor:
+    """Transformer-XL's ``_rel_shift`` (Dai et al. 2019, App. B and their code), in words:
+    prepend a zero column to the ``[Lq, Lk]`` scores, read the ``Lq (Lk + 1)`` numbers as
+    ``Lk + 1`` rows of ``Lq``, drop the first row, read the rest as ``[Lq, Lk]``."""
+    q_len, k_len = scores.shape[-2:]
+    padded = torch.cat([scores.new_zeros(*scores.shape[:-1], 1), scores], dim=-1)
+    padded = padded.reshape(*scores.shape[:-2], k_len + 1, q_len)
+    return padded[..., 1:, :].reshape(scores.shape)
+
+
+@pytest.mark.parametrize(("q_len", "k_len"), [(1, 1), (4, 4), (3, 7), (5, 6)])
+def test_causal_shift_is_right_at_and_below_the_diagonal_only(q_len, k_len):
+    """Each column filled with its own distance: the shifted entry (i, j) must read the
+    distance of that pair, offset + i - j, wherever j <= i + (Lk - Lq)."""
+    offset = 3
+    distances = relative_distances(q_len, k_len, offset, causal=True)
+    assert distances.tolist() == list(range(offset + q_len - 1, offset + q_len - 1 - k_len, -1))
+    scores = distances.double().expand(2, q_len, -1)
+    fast, txl = relative_shift(scores, causal=True), txl_pad_and_reshape(scores)
+    for i in range(q_len):
+        for j in range(k_len):
+            if j <= i + k_len - q_len:
+                assert fast[0, i, j].item() == offset + i - j
+                assert txl[0, i, j].item() == offset + i - j
+            else:  # another pair's number: the next row's, Lk columns on (or TXL's 0 pad)
+                assert fast[0, i, j].item() != offset + i - j
+                assert txl[0, i, j].item() != offset + i - j
+    dense = scores.contiguous()  # a view of its input: nothing is copied
+    view = relative_shift(dense, causal=True)
+    assert view.untyped_storage().data_ptr() == dense.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize(("q_len", "k_len"), [(5, 5), (3, 8)])
+def test_causal_terms_match_the_paper_loop_below_the_diagonal_and_txl_fails_above(q_len, k_len):
+    """(b) + (c) + (d) from Lk distances against the float64 loop of all four terms."""
+    torch.manual_seed(11)
+    dim, heads_, dh = 8, 2, 4
+    scheme = TransformerXLRelativePosition(dim, heads_, dh).double()
+    with torch.no_grad():
+        scheme.u.normal_()
+        scheme.v.normal_()
+        q = torch.randn(2, heads_, q_len, dh, dtype=torch.float64)
+        k = torch.randn(2, heads_, k_len, dh, dtype=torch.float64)
+        loop = transformer_xl_scores_loop(q, k, scheme.rel_proj.weight, scheme.u, scheme.v, dim)
+        loop = loop - q @ k.transpose(-2, -1)  # (b) + (c) + (d)
+        offset = k_len - q_len  # the queries are the last q_len of the keys
+        full = transformer_xl_position_terms(
+            q, k, scheme.rel_keys(q_len, k_len, offset), scheme.u, scheme.v
+        )
+        causal_scheme = TransformerXLRelativePosition(dim, heads_, dh, causal=True).double()
+        causal_scheme.load_state_dict(scheme.state_dict())
+        rel = causal_scheme.rel_keys(q_len, k_len, offset)
+        assert rel.shape == (heads_, k_len, dh)  # Lk distances, not Lq + Lk - 1
+        causal = transformer_xl_position_terms(q, k, rel, scheme.u, scheme.v, causal=True)
+        # TXL's way: (b) + (d) against the Lk distances, pad and reshape, then (c)
+        by_distance = (q + scheme.v.unsqueeze(1)) @ rel.transpose(-2, -1)
+        txl = txl_pad_and_reshape(by_distance) + (k @ scheme.u.unsqueeze(-1)).transpose(-2, -1)
+    below = torch.ones(q_len, k_len, dtype=torch.bool).tril(k_len - q_len)
+    assert torch.allclose(full, loop, atol=1e-5)  # every entry (float32 sinusoid)
+    assert torch.allclose(causal[..., below], loop[..., below], atol=1e-5)
+    assert torch.allclose(txl[..., below], loop[..., below], atol=1e-5)
+    if q_len > 1:  # above the diagonal neither is the score
+        assert ((causal[..., ~below] - loop[..., ~below]).abs() > 1e-3).all()
+        assert ((txl[..., ~below] - loop[..., ~below]).abs() > 1e-3).any()
+
+
+def test_causal_shortcut_does_about_half_the_position_work():
+    """Counted with PyTorch's flop counter: (b) + (d) multiplies by Lq + Lk - 1 distances,
+    or by Lk; (c) is the same in both."""
+    batch, heads_, length, dh = 2, 3, 64, 8
+    q, k = torch.randn(batch, heads_, length, dh), torch.randn(batch, heads_, length, dh)
+    u = v = torch.zeros(heads_, dh)
+    counts = {}
+    for causal, width in ((False, 2 * length - 1), (True, length)):
+        rel = torch.randn(heads_, width, dh)
+        with FlopCounterMode(display=False) as counter:
+            transformer_xl_position_terms(q, k, rel, u, v, causal=causal)
+        counts[causal] = counter.get_total_flops()
+    content = 2 * batch * heads_ * length * dh  # (c): k @ u
+    assert counts[False] == 2 * batch * heads_ * length * dh * (2 * length - 1) + content
+    assert counts[True] == 2 * batch * heads_ * length * dh * length + content
+    assert 1.9 < counts[False] / counts[True] < 2.0
 
 
 # --------------------------------------------------------------------------- Transformer-XL
@@ -258,6 +354,39 @@ def test_transformer_xl_bad_shapes():
         transformer_xl_position_terms(q, k, torch.randn(2, 7, 4), torch.zeros(4), v)
     with pytest.raises(ValueError, match="num_heads"):
         TransformerXLRelativePosition(8, 0, 4)
+    with pytest.raises(ValueError, match="rel_keys"):  # causal: Lk = 5 distances
+        transformer_xl_position_terms(q, k, torch.randn(2, 7, 4), u, v, causal=True)
+    with pytest.raises(TypeError, match="causal"):
+        TransformerXLRelativePosition(8, 2, 4, causal="yes")
+
+
+def test_transformer_xl_causal_scheme_equals_the_full_one_under_a_causal_mask():
+    torch.manual_seed(12)
+    full = TransformerXLRelativePosition(8, 2, 4)
+    with torch.no_grad():
+        full.u.normal_()
+        full.v.normal_()
+    causal = TransformerXLRelativePosition(8, 2, 4, causal=True)
+    causal.load_state_dict(full.state_dict())
+    layer_full = MultiHeadAttention(8, 2, position=full).double()
+    layer_causal = MultiHeadAttention(8, 2, position=causal).double()
+    layer_causal.load_state_dict(layer_full.state_dict())
+    x = torch.randn(2, 7, 8, dtype=torch.float64)
+    with torch.no_grad():
+        expected = layer_full(x, causal=True)
+        assert torch.allclose(layer_causal(x, causal=True), expected, atol=1e-12)
+        # the scheme is causal by itself: keys after the query get -inf
+        assert torch.allclose(layer_causal(x), expected, atol=1e-12)
+        # and with a cache, a prompt of 3 then one token at a time
+        chunked, _ = forward_in_chunks(layer_causal, x, [3, 1, 1, 1, 1])
+        assert torch.allclose(chunked, expected, atol=1e-12)
+        q, k = heads(x, layer_causal, "q"), heads(x, layer_causal, "k")
+        bias = causal.score_bias(q, k, torch.arange(7), torch.arange(7))
+    above = torch.ones(7, 7, dtype=torch.bool).triu(1)
+    assert torch.isneginf(bias[..., above]).all()
+    assert torch.isfinite(bias[..., ~above]).all()
+    with pytest.raises(ValueError, match="k_len >= q_len"):
+        causal.score_bias(q, k[:, :, :3], torch.arange(7), torch.arange(3))
 
 
 # --------------------------------------------------------------------------- T5
@@ -346,16 +475,71 @@ def test_deberta_delta_by_hand():
     assert torch.equal(index, expected)
 
 
-def test_deberta_matches_the_paper_loop():
+@pytest.mark.parametrize(("buckets", "max_distance"), [(8, 32), (256, 512), (16, 40), (6, 11)])
+def test_deberta_log_buckets_match_the_rule_loop(buckets, max_distance):
+    offsets = torch.arange(-3000, 3001)
+    got = deberta_log_bucket(offsets, buckets, max_distance)
+    expected = [deberta_log_bucket_loop(int(n), buckets, max_distance) for n in offsets]
+    assert got.tolist() == expected
+    # the index: exact rows inside +-b/2, then the log buckets, clamped to 0 .. 2b - 1
+    index = deberta_relative_index(
+        torch.tensor([3000]), 3000 - offsets, max_distance, position_buckets=buckets
+    )[0]
+    assert index.tolist() == [min(max(e + buckets, 0), 2 * buckets - 1) for e in expected]
+    assert deberta_table_rows(max_distance, buckets) == 2 * buckets
+
+
+def test_deberta_p2c_rows_paper_and_released():
+    """Released: p2c reads the row of δ(i, j), like c2p; paper: δ(j, i). Inside the window
+    that is the reversed row 2k - δ(i, j); the offsets each tells apart differ at the edges."""
+    k = 3
+    positions = torch.arange(12)
+    q = torch.zeros(1, 1, 12, 1)
+    keys = torch.ones(1, 1, 12, 1)
+    rows = torch.arange(2.0 * k).view(1, 2 * k, 1)  # Q^r row r holds r, so p2c = row read
+    zero = torch.zeros(1, 2 * k, 1)
+    _, released = deberta_position_terms(q, keys, rows, zero, positions, positions, k)
+    _, paper = deberta_position_terms(q, keys, rows, zero, positions, positions, k, "paper")
+    delta = deberta_relative_index(positions, positions, k)
+    assert torch.equal(released[0, 0], delta.float())
+    assert torch.equal(paper[0, 0], delta.T.float())
+    seen = {"released": set(), "paper": set()}
+    for i in range(12):
+        for j in range(12):
+            if abs(i - j) < k:
+                assert paper[0, 0, i, j] == 2 * k - released[0, 0, i, j]
+            for name, term in (("released", released), ("paper", paper)):
+                if (term[0, 0, i, j] != term[0, 0, 11, 0]) and (
+                    term[0, 0, i, j] != term[0, 0, 0, 11]
+                ):
+                    seen[name].add(i - j)  # an offset with its own row (not a clamped end)
+    assert seen["released"] == set(range(-k + 1, k - 1))  # ends -k, k - 1 are the clamps
+    assert seen["paper"] == set(range(-k + 2, k))
+
+
+@pytest.mark.parametrize("p2c_index", ["released", "paper"])
+@pytest.mark.parametrize("buckets", [None, 4])
+def test_deberta_matches_the_loop(p2c_index, buckets):
     torch.manual_seed(7)
-    scheme = DebertaRelativePosition(8, 2, 4, 3).double()
+    max_distance = 3 if buckets is None else 6
+    scheme = DebertaRelativePosition(
+        8, 2, 4, max_distance, position_buckets=buckets, p2c_index=p2c_index
+    ).double()
+    with torch.no_grad():
+        scheme.rel_embeddings.normal_()
     layer = MultiHeadAttention(8, 2, position=scheme).double()
-    x = torch.randn(2, 7, 8, dtype=torch.float64)
+    length = 7 if buckets is None else 12
+    x = torch.randn(2, length, 8, dtype=torch.float64)
     q, k = heads(x, layer, "q").detach(), heads(x, layer, "k").detach()
     q_rel, k_rel = (t.detach() for t in scheme.projected())
-    loop = deberta_scores_loop(q, k, q_rel, k_rel, 3)
-    positions = torch.arange(7)
-    c2p, p2c = deberta_position_terms(q, k, q_rel, k_rel, positions, positions, 3)
+    loop = deberta_scores_loop(
+        q, k, q_rel, k_rel, max_distance, p2c_index=p2c_index, position_buckets=buckets
+    )
+    positions = torch.arange(length)
+    c2p, p2c = deberta_position_terms(
+        q, k, q_rel, k_rel, positions, positions, max_distance, p2c_index,
+        position_buckets=buckets,
+    )  # fmt: skip
     assert torch.allclose(q @ k.transpose(-2, -1) + c2p + p2c, loop, atol=1e-10)
     scale = 1 / math.sqrt(3 * 4)
     with torch.no_grad():
@@ -363,6 +547,88 @@ def test_deberta_matches_the_paper_loop():
             bias = (loop[b] - q[b] @ k[b].transpose(-2, -1)) * scale
             expected = multi_head_attention_loop(layer, x[b : b + 1], bias=bias, scale=scale)
             assert torch.allclose(layer(x[b : b + 1]), expected, atol=1e-10)
+
+
+def test_deberta_released_and_paper_forms_differ():
+    torch.manual_seed(8)
+    released = DebertaRelativePosition(8, 2, 4, 3).double()
+    with torch.no_grad():
+        released.rel_embeddings.normal_()
+    paper = DebertaRelativePosition(8, 2, 4, 3, p2c_index="paper").double()
+    paper.load_state_dict(released.state_dict())
+    q, k = (
+        torch.randn(1, 2, 6, 4, dtype=torch.float64),
+        torch.randn(1, 2, 6, 4, dtype=torch.float64),
+    )
+    positions = torch.arange(6)
+    with torch.no_grad():
+        gap = released.score_bias(q, k, positions, positions) - paper.score_bias(
+            q, k, positions, positions
+        )
+    assert gap.abs().max() > 0.1
+
+
+def test_deberta_shared_projections_and_layer_norm_by_hand():
+    """share_att_key: P is projected by the layer's own W_Q, W_K with their biases;
+    norm_rel_ebd: P goes through a LayerNorm first. Both written out here in float64."""
+    torch.manual_seed(9)
+    layer = deberta_attention(
+        8, 2, 6, position_buckets=4, share_att_key=True, norm_rel_ebd=True
+    ).double()
+    scheme = layer.position
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            parameter.normal_()
+    table = scheme.rel_embeddings.detach()
+    mean = table.mean(-1, keepdim=True)
+    var = ((table - mean) ** 2).mean(-1, keepdim=True)
+    norm = scheme.rel_norm
+    normed = (table - mean) / torch.sqrt(var + 1e-7) * norm.weight.detach() + norm.bias.detach()
+
+    def by_hand(proj):
+        out = normed @ proj.weight.detach().T + proj.bias.detach()  # P W + b
+        return out.view(8, 2, 4).transpose(0, 1)
+
+    q_rel, k_rel = scheme.projected()
+    assert torch.allclose(q_rel, by_hand(layer.q_proj), atol=1e-10)
+    assert torch.allclose(k_rel, by_hand(layer.k_proj), atol=1e-10)
+    x = torch.randn(1, 12, 8, dtype=torch.float64)
+    q, k = heads(x, layer, "q").detach(), heads(x, layer, "k").detach()
+    loop = deberta_scores_loop(
+        q, k, by_hand(layer.q_proj), by_hand(layer.k_proj), 6, position_buckets=4
+    )
+    scale = 1 / math.sqrt(12)
+    with torch.no_grad():
+        bias = (loop[0] - q[0] @ k[0].transpose(-2, -1)) * scale
+        expected = multi_head_attention_loop(layer, x, bias=bias, scale=scale)
+        assert torch.allclose(layer(x), expected, atol=1e-10)
+    # W_Q, W_K are not registered twice, and a deep copy uses its own projections
+    assert not any(name.startswith("position.") and "proj" in name for name in layer.state_dict())
+    twin = copy.deepcopy(layer)
+    with torch.no_grad():
+        twin.q_proj.weight.zero_()
+        twin.q_proj.bias.zero_()
+        assert torch.equal(twin.position.projected()[0], torch.zeros_like(q_rel))
+        assert not torch.equal(scheme.projected()[0], torch.zeros_like(q_rel))
+
+
+def test_deberta_parameter_counts():
+    d, heads_, dh = 16, 2, 8
+
+    def count(**options):
+        return sum(
+            p.numel() for p in DebertaRelativePosition(d, heads_, dh, 4, **options).parameters()
+        )
+
+    assert count() == 2 * 4 * d + 2 * d * heads_ * dh  # P, W_{q,r}, W_{k,r}
+    assert count(pos_proj_bias=True) == count() + 2 * heads_ * dh
+    assert count(norm_rel_ebd=True) == count() + 2 * d
+    assert count(position_buckets=2) == 2 * 2 * d + 2 * d * heads_ * dh
+    assert count(share_att_key=True) == 2 * 4 * d  # only P: W_Q, W_K belong to the layer
+    v3_shape = DebertaRelativePosition(
+        d, heads_, dh, 512, position_buckets=256, share_att_key=True, norm_rel_ebd=True
+    )
+    assert sum(p.numel() for p in v3_shape.parameters()) == 2 * 256 * d + 2 * d
 
 
 def test_deberta_bad_input():
@@ -377,10 +643,46 @@ def test_deberta_bad_input():
         deberta_position_terms(
             q, q, torch.randn(2, 4, 4), torch.randn(2, 4, 4), torch.arange(4), torch.arange(3), 2
         )
+    with pytest.raises(ValueError, match="p2c_index"):
+        deberta_position_terms(
+            q, q, torch.randn(2, 4, 4), torch.randn(2, 4, 4), torch.arange(3), torch.arange(3),
+            2, "code",
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="position_buckets"):
+        deberta_relative_index(torch.arange(3), torch.arange(3), 8, position_buckets=1)
+    with pytest.raises(TypeError, match="position_buckets"):
+        deberta_relative_index(torch.arange(3), torch.arange(3), 8, position_buckets=4.0)
+    with pytest.raises(ValueError, match="max_distance"):
+        deberta_log_bucket(torch.arange(3), 8, 5)
+    with pytest.raises(TypeError, match="relative_position"):
+        deberta_log_bucket(torch.arange(3.0), 8, 32)
     with pytest.raises(ValueError, match="num_heads"):
         DebertaRelativePosition(8, 0, 4, 2)
     with pytest.raises(ValueError, match="max_distance"):
         DebertaRelativePosition(8, 2, 4, -1)
+    with pytest.raises(TypeError, match="share_att_key"):
+        DebertaRelativePosition(8, 2, 4, 2, share_att_key="yes")
+    with pytest.raises(TypeError, match="norm_rel_ebd"):
+        DebertaRelativePosition(8, 2, 4, 2, norm_rel_ebd="layer_norm")
+    with pytest.raises(ValueError, match="pos_proj_bias"):
+        DebertaRelativePosition(8, 2, 4, 2, share_att_key=True, pos_proj_bias=True)
+    with pytest.raises(ValueError, match="layer_norm_eps"):
+        DebertaRelativePosition(8, 2, 4, 2, layer_norm_eps=0.0)
+    with pytest.raises(TypeError, match="layer_norm_eps"):
+        DebertaRelativePosition(8, 2, 4, 2, layer_norm_eps="1e-7")
+    with pytest.raises(ValueError, match="p2c_index"):
+        DebertaRelativePosition(8, 2, 4, 2, p2c_index="both")
+    shared = DebertaRelativePosition(8, 2, 4, 2, share_att_key=True)
+    with pytest.raises(RuntimeError, match="bind_content_projections"):
+        shared.projected()
+    with pytest.raises(TypeError, match="layer"):
+        shared.bind_content_projections(torch.nn.Linear(8, 8))
+    with pytest.raises(ValueError, match="layer must hold"):
+        shared.bind_content_projections(MultiHeadAttention(8, 2))
+    with pytest.raises(ValueError, match="share_att_key"):
+        DebertaRelativePosition(8, 2, 4, 2).bind_content_projections(MultiHeadAttention(8, 2))
+    with pytest.raises(ValueError, match="embed_dim"):
+        deberta_attention(9, 2, 4)
 
 
 # --------------------------------------------------------------------------- memory

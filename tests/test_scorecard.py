@@ -313,7 +313,8 @@ def offset_classes(values: Tensor) -> list[list[int]]:
 
 
 # (number of distinguishable offsets 0..200, first offset from which all look the same)
-# from the definitions: Shaw and DeBERTa clip at k = 4 (offsets 0..4 distinct); T5's
+# from the definitions: Shaw clips at k = 4 (offsets 0..4 distinct), DeBERTa's released
+# code at k - 1 = 3 (c2p and p2c both read row δ(i, j): offsets 0..3 distinct); T5's
 # encoder buckets give keys before the query 16 buckets, the last from distance
 # ceil(8 * 16**(7/8)) = 91 (ch05-check-t5-saturation); the others never saturate.
 OFFSETS_TOLD_APART = {
@@ -321,7 +322,7 @@ OFFSETS_TOLD_APART = {
     "shaw": (CLIP + 1, CLIP),
     "transformer-xl": (201, None),
     "t5": (16, 91),
-    "deberta": (CLIP + 1, CLIP),
+    "deberta": (CLIP, CLIP - 1),
     "alibi": (201, None),
     "rope": (201, None),
     "rope-linear": (201, None),
@@ -689,7 +690,8 @@ def _deberta_2d():
                     q_rel, k_rel = rel[axis, 0, 0], rel[axis, 1, 0]
                     a, b = int(pos[i]), int(pos[j])
                     out[0, 0, i, j] += _dot(q[0, 0, i].tolist(), k_rel[delta(a, b)].tolist())
-                    out[0, 0, i, j] += _dot(k[0, 0, j].tolist(), q_rel[delta(b, a)].tolist())
+                    # p2c reads δ(i, j) too, as the released code does (chapter 5)
+                    out[0, 0, i, j] += _dot(k[0, 0, j].tolist(), q_rel[delta(a, b)].tolist())
         return out
 
     return scores, loop

@@ -363,7 +363,10 @@ def method_scores() -> dict[str, MatrixExpr]:
     scalars (``1 x 1``); ``Θ_{j-i}`` RoPE's rotation. Papers: Vaswani et al. 2017,
     Shaw et al. 2018, Dai et al. 2019, Raffel et al. 2020, He et al. 2021,
     Press et al. 2022, Su et al. 2024. These are the candidates that
-    :func:`four_term_table` fits to the implementations.
+    :func:`four_term_table` fits to the implementations. DeBERTa's row is eq. (4) as
+    printed, position-to-content indexed by ``δ(j, i)``, fitted to pecode's
+    ``p2c_index="paper"``; the released code (pecode's default) reads ``δ(i, j)`` there,
+    which fills the same slot (chapter 5).
     """
     a_k = sp.MatrixSymbol("a^K_{ij}", 1, _dk)
     r_rel = sp.MatrixSymbol("R_{i-j}", 1, _d)
@@ -592,6 +595,7 @@ def _methods(length: int, start: int, seed: int) -> dict[str, _Method]:
             positions,
             positions,
             kmax,
+            "paper",  # eq. (4)'s delta(j, i) in p2c; the released code reads delta(i, j)
         )
         return content(q, k) + (c2p + p2c)[0, 0]
 

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "deberta_log_bucket_loop",
     "deberta_scores_loop",
     "shaw_attention_loop",
     "t5_bucket_loop",
@@ -86,13 +87,17 @@ def transformer_xl_scores_loop(
 
     ``R_{i-j}`` is built entry by entry with ``math.sin``/``math.cos`` at frequencies
     ``10000^(-2m/D)`` (sines then cosines), ``r = W_{k,R} R`` with ``rel_proj_weight``
-    the ``[H * Dh, D]`` weight of the projection; positions ``0 .. L-1``.
+    the ``[H * Dh, D]`` weight of the projection. Keys are at positions ``0 .. Lk-1`` and
+    the queries are the last ``Lq`` of them (``Lk - Lq .. Lk - 1``, the layout of a
+    segment after its memory); every pair is computed, whatever its sign of ``i - j``.
 
     Shapes::
 
-        q, k: [B, H, L, Dh]    u, v: [H, Dh]    returns: [B, H, L, L] (float64)
+        q: [B, H, Lq, Dh]    k: [B, H, Lk, Dh] (Lk >= Lq)    u, v: [H, Dh]
+        returns: [B, H, Lq, Lk] (float64)
     """
-    batch, heads, length, head_dim = q.shape
+    batch, heads, q_len, head_dim = q.shape
+    k_len = k.shape[2]
     qs, ks, w = _lists(q), _lists(k), _lists(rel_proj_weight)
     us, vs = _lists(u), _lists(v)
     half = model_dim // 2
@@ -101,12 +106,13 @@ def transformer_xl_scores_loop(
         freqs = [10000.0 ** (-2 * m / model_dim) for m in range(half)]
         return [math.sin(distance * f) for f in freqs] + [math.cos(distance * f) for f in freqs]
 
-    out = torch.zeros(batch, heads, length, length, dtype=torch.float64)
+    out = torch.zeros(batch, heads, q_len, k_len, dtype=torch.float64)
     for h in range(heads):
         rows = range(h * head_dim, (h + 1) * head_dim)
-        for i in range(length):
-            for j in range(length):
-                r_enc = encoding(i - j)
+        for i in range(q_len):
+            query_position = k_len - q_len + i
+            for j in range(k_len):
+                r_enc = encoding(query_position - j)
                 r = [_dot(w[row], r_enc) for row in rows]  # W_{k,R} R_{i-j}, this head
                 for b in range(batch):
                     a = _dot(qs[b][h][i], ks[b][h][j])
@@ -146,22 +152,53 @@ def t5_bucket_loop(
     return bucket + min(exact + step, buckets - 1)
 
 
+def deberta_log_bucket_loop(offset: int, position_buckets: int, max_distance: int) -> int:
+    """DeBERTa-v2/v3's log bucket of one query-minus-key offset, from the rule in words.
+
+    Offsets up to ``m = position_buckets // 2`` in size keep their value; a larger one
+    keeps its sign and gets ``m`` plus the ceiling of ``(m - 1)`` times the logarithm of
+    ``|offset| / m`` to the base ``(max_distance - 1) / m``. Python floats (float64).
+    """
+    mid = position_buckets // 2
+    size = -offset if offset < 0 else offset
+    if size <= mid:
+        return offset
+    steps = math.ceil(math.log(size / mid) / math.log((max_distance - 1) / mid) * (mid - 1))
+    return (mid + steps) if offset > 0 else -(mid + steps)
+
+
 def deberta_scores_loop(
-    q: Tensor, k: Tensor, q_rel: Tensor, k_rel: Tensor, max_distance: int
+    q: Tensor,
+    k: Tensor,
+    q_rel: Tensor,
+    k_rel: Tensor,
+    max_distance: int,
+    *,
+    p2c_index: str = "released",
+    position_buckets: int | None = None,
 ) -> Tensor:
     """He et al. (2021), eq. (4): ``c2c + c2p + p2c`` for positions ``0 .. L-1``, unscaled.
 
-    ``δ(i, j)`` by its three cases (eq. 3); ``c2p_ij = Q^c_i · K^r_{δ(i,j)}``,
-    ``p2c_ij = K^c_j · Q^r_{δ(j,i)}``.
+    ``δ(i, j)`` by its three cases (eq. 3), or with ``position_buckets = b`` the offset
+    replaced by :func:`deberta_log_bucket_loop` and clipped to ``0 .. 2b - 1`` after
+    adding ``b``; ``c2p_ij = Q^c_i · K^r_{δ(i,j)}``. ``p2c_ij = K^c_j · Q^r_{δ(i,j)}``
+    with ``p2c_index="released"`` (the authors' and Hugging Face's code), or
+    ``K^c_j · Q^r_{δ(j,i)}`` with ``"paper"`` (eq. 4 as printed).
 
     Shapes::
 
-        q, k: [B, H, L, Dh]    q_rel, k_rel: [H, 2k, Dh]    returns: [B, H, L, L] (float64)
+        q, k: [B, H, L, Dh]    q_rel, k_rel: [H, rows, Dh]    returns: [B, H, L, L] (float64)
     """
+    if p2c_index not in ("released", "paper"):
+        raise ValueError(f"p2c_index must be 'released' or 'paper', got {p2c_index!r}")
     batch, heads, length, _ = q.shape
     qs, ks, qr, kr = _lists(q), _lists(k), _lists(q_rel), _lists(k_rel)
 
     def delta(i: int, j: int) -> int:
+        if position_buckets is not None:
+            row = deberta_log_bucket_loop(i - j, position_buckets, max_distance)
+            row += position_buckets
+            return min(max(row, 0), 2 * position_buckets - 1)
         if i - j <= -max_distance:
             return 0
         if i - j >= max_distance:
@@ -173,8 +210,9 @@ def deberta_scores_loop(
         for h in range(heads):
             for i in range(length):
                 for j in range(length):
+                    p2c_row = delta(i, j) if p2c_index == "released" else delta(j, i)
                     c2c = _dot(qs[b][h][i], ks[b][h][j])
                     c2p = _dot(qs[b][h][i], kr[h][delta(i, j)])
-                    p2c = _dot(ks[b][h][j], qr[h][delta(j, i)])
+                    p2c = _dot(ks[b][h][j], qr[h][p2c_row])
                     out[b, h, i, j] = c2c + c2p + p2c
     return out
