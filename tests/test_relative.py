@@ -424,6 +424,15 @@ def test_t5_buckets_match_the_rule_loop(bidirectional, num_buckets, max_distance
     assert not mismatches
 
 
+@pytest.mark.parametrize(("num_buckets", "max_distance"), [(32, 128), (16, 64)])
+def test_t5_bidirectional_bucket_half_never_occurs(num_buckets, max_distance):
+    # Figure 5.2's caption: keys after the query start at bucket num_buckets/2 + 1, so the
+    # bucket num_buckets/2 (distance 0 on the "after" side) is never produced
+    offsets = torch.arange(-(10**4), 10**4 + 1)
+    used = set(t5_relative_position_bucket(offsets, True, num_buckets, max_distance).tolist())
+    assert used == set(range(num_buckets)) - {num_buckets // 2}
+
+
 @given(st.integers(-5000, 5000), st.integers(0, 5000), st.booleans())
 def test_t5_buckets_grow_with_distance(offset, extra, bidirectional):
     # moving a key farther from the query on the same side never lowers the bucket
