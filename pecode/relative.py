@@ -178,8 +178,9 @@ def shaw_key_logits(
     ``q_i · w_r`` for every row ``r`` of the table once (``[B, H, Lq, 2k + 1]``) and
     gather the entry of row ``clip(j - i, k) + k`` for each key: the same numbers as
     :func:`shaw_key_logits_naive` in ``O(Lq (2k + 1))`` extra memory instead of
-    ``O(Lq Lk Dh)``. This is the gather form of the "relative logits" of
-    Huang et al. (2018, §3.4), here with Shaw's clipping.
+    ``O(Lq Lk Dh)``. The first step is Huang et al.'s (2019, §3.4) product of the
+    queries with every relative embedding; a gather with Shaw's clipping then takes the
+    place of their "skewing".
 
     Shapes::
 
@@ -356,7 +357,7 @@ def relative_shift(scores: Tensor, *, causal: bool = False) -> Tensor:
     ``j <= i + (Lk - Lq)``, are right; an entry above it holds a score of the next row
     (another pair's), so the caller must mask those pairs, as a causal model does anyway.
     This is what Transformer-XL's ``_rel_shift`` (Dai et al. 2019, App. B, and their
-    code) and the Music Transformer's "skewing" (Huang et al. 2018, §3.4.1, described for
+    code) and the Music Transformer's "skewing" (Huang et al. 2019, §3.4, described for
     masked attention) compute with a pad-and-reshape: the same entries below the
     diagonal, other wrong ones above it. It multiplies by ``Lk`` distances instead of
     ``Lq + Lk - 1``, about half the work of terms (b) + (d) when ``Lq = Lk``.
