@@ -21,6 +21,19 @@ def check_int(name: str, value: object, minimum: int = 1) -> int:
     return value
 
 
+def check_integer_tensor(name: str, value: object) -> Tensor:
+    """Return ``value`` if it is a tensor of an integer dtype (not bool), of any shape.
+
+    Raises:
+        TypeError: ``value`` is not a tensor, or its dtype is floating, complex or bool.
+    """
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor, got {value.dtype}")
+    return value
+
+
 def check_positions(name: str, positions: object) -> Tensor:
     """Return ``positions`` if it is an integer tensor of shape ``[L]`` or ``[B, L]``.
 
@@ -28,10 +41,7 @@ def check_positions(name: str, positions: object) -> Tensor:
         TypeError: ``positions`` is not an integer tensor.
         ValueError: ``positions`` is not 1-D or 2-D.
     """
-    if not isinstance(positions, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(positions).__name__}")
-    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor, got {positions.dtype}")
+    check_integer_tensor(name, positions)
     if positions.dim() not in (1, 2):
         raise ValueError(f"{name} must have shape [L] or [B, L], got {tuple(positions.shape)}")
     return positions

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from pecode._checks import check_int, check_position_pair, check_positions
+from pecode._checks import check_int, check_integer_tensor, check_position_pair, check_positions
 from pecode.attention import MultiHeadAttention, PositionScheme, causal_mask
 
 __all__ = [
@@ -582,14 +582,7 @@ def t5_relative_position_bucket(
         ValueError: ``num_buckets`` too small (at least 2, or 4 when bidirectional) or
             ``max_distance`` not larger than the exact range.
     """
-    if not isinstance(relative_position, Tensor):
-        raise TypeError(
-            f"relative_position must be a torch.Tensor, got {type(relative_position).__name__}"
-        )
-    if relative_position.is_floating_point() or relative_position.dtype == torch.bool:
-        raise TypeError(
-            f"relative_position must be an integer tensor, got {relative_position.dtype}"
-        )
+    check_integer_tensor("relative_position", relative_position)
     check_int("num_buckets", num_buckets, 4 if bidirectional else 2)
     check_int("max_distance", max_distance, 1)
     relative_position = relative_position.long()
@@ -721,14 +714,7 @@ def deberta_log_bucket(
         TypeError: ``relative_position`` is not an integer tensor, or a count not an int.
         ValueError: ``position_buckets < 2``, or ``max_distance <= position_buckets // 2 + 1``.
     """
-    if not isinstance(relative_position, Tensor):
-        raise TypeError(
-            f"relative_position must be a torch.Tensor, got {type(relative_position).__name__}"
-        )
-    if relative_position.is_floating_point() or relative_position.dtype == torch.bool:
-        raise TypeError(
-            f"relative_position must be an integer tensor, got {relative_position.dtype}"
-        )
+    check_integer_tensor("relative_position", relative_position)
     if position_buckets is None:
         raise TypeError("position_buckets must be an int, got NoneType")
     _check_buckets(position_buckets, max_distance)

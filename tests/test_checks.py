@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from pecode._checks import check_int, check_position_pair, check_positions
+from pecode._checks import check_int, check_integer_tensor, check_position_pair, check_positions
 
 
 def test_check_int_accepts_ints_at_the_minimum_and_rejects_the_rest():
@@ -42,3 +42,16 @@ def test_check_position_pair_names_the_bad_side_and_compares_batches():
         check_position_pair(
             torch.zeros(2, 3, dtype=torch.long), torch.zeros(3, 3, dtype=torch.long)
         )
+
+
+def test_check_integer_tensor_accepts_any_shape_and_names_the_argument():
+    assert check_integer_tensor("offsets", torch.zeros(2, 3, 4, dtype=torch.int32)).dim() == 3
+    for bad in (
+        torch.zeros(3),
+        torch.zeros(3, dtype=torch.bool),
+        torch.zeros(3, dtype=torch.cfloat),
+    ):
+        with pytest.raises(TypeError, match="offsets must be an integer tensor"):
+            check_integer_tensor("offsets", bad)
+    with pytest.raises(TypeError, match="offsets must be a torch.Tensor, got list"):
+        check_integer_tensor("offsets", [1, 2])
