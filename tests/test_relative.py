@@ -329,12 +329,18 @@ def test_transformer_xl_matches_the_paper_loop():
         assert torch.allclose(layer(x), expected, atol=1e-10)
 
 
-def test_transformer_xl_shift_invariance_and_offsets():
-    torch.manual_seed(5)
+def _xl_scheme_with_random_u_v(seed: int) -> TransformerXLRelativePosition:
+    """A Transformer-XL scheme (width 8, 2 heads of 4) whose u and v are not zero."""
+    torch.manual_seed(seed)
     scheme = TransformerXLRelativePosition(8, 2, 4)
     with torch.no_grad():
         scheme.u.normal_()
         scheme.v.normal_()
+    return scheme
+
+
+def test_transformer_xl_shift_invariance_and_offsets():
+    scheme = _xl_scheme_with_random_u_v(5)
     q, k = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 7, 4)
     near = scheme.score_bias(q, k, torch.arange(4, 7), torch.arange(7))
     far = scheme.score_bias(q, k, torch.arange(104, 107), torch.arange(100, 107))
@@ -361,11 +367,7 @@ def test_transformer_xl_bad_shapes():
 
 
 def test_transformer_xl_causal_scheme_equals_the_full_one_under_a_causal_mask():
-    torch.manual_seed(12)
-    full = TransformerXLRelativePosition(8, 2, 4)
-    with torch.no_grad():
-        full.u.normal_()
-        full.v.normal_()
+    full = _xl_scheme_with_random_u_v(12)
     causal = TransformerXLRelativePosition(8, 2, 4, causal=True)
     causal.load_state_dict(full.state_dict())
     layer_full = MultiHeadAttention(8, 2, position=full).double()
