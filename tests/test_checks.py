@@ -53,5 +53,5 @@ def test_check_integer_tensor_accepts_any_shape_and_names_the_argument():
     ):
         with pytest.raises(TypeError, match="offsets must be an integer tensor"):
             check_integer_tensor("offsets", bad)
-    with pytest.raises(TypeError, match="offsets must be a torch.Tensor, got list"):
+    with pytest.raises(TypeError, match=r"offsets must be a torch\.Tensor, got list"):
         check_integer_tensor("offsets", [1, 2])
