@@ -22,17 +22,21 @@ The pure functions come first:
 :class:`RotaryEmbedding` is the :class:`~pecode.attention.PositionScheme` that rotates
 queries and keys inside :class:`~pecode.attention.MultiHeadAttention`; it caches its
 tables and grows them on demand.
+
+This module is the math. :mod:`pecode.rope_kernels` holds the fast paths that
+:func:`apply_rope` hands its work to when they apply (the same numbers in fewer passes
+over memory, and a backward that is the inverse rotation).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import math
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from pecode import rope_kernels
+from pecode._checks import check_integer_tensor
 from pecode.attention import PositionScheme
 
 __all__ = [
@@ -146,33 +150,81 @@ def rope_cos_sin(
     return angles.cos(), angles.sin()
 
 
-def _check_tables(x: Tensor, cos: Tensor, sin: Tensor, half: int) -> None:
-    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating tensor, got {t.dtype}")
-    if x.dim() < 2:
-        raise ValueError(f"x must have shape [..., L, dim], got {tuple(x.shape)}")
-    if cos.shape != sin.shape:
+def _check_rope_inputs(
+    x: Tensor, cos: Tensor, sin: Tensor, layout: str, out: Tensor | None
+) -> None:
+    """The checks of :func:`apply_rope`, cheap enough for a decode step (no loop, no copy)."""
+    if layout != "half" and layout != "interleaved":
+        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
+    if not (
+        isinstance(x, Tensor)
+        and isinstance(cos, Tensor)
+        and isinstance(sin, Tensor)
+        and x.is_floating_point()
+        and cos.is_floating_point()
+        and sin.is_floating_point()
+    ):
+        for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            if not t.is_floating_point():
+                raise TypeError(f"{name} must be a floating tensor, got {t.dtype}")
+    shape, table = x.shape, cos.shape
+    if len(shape) < 2:
+        raise ValueError(f"x must have shape [..., L, dim], got {tuple(shape)}")
+    if shape[-1] % 2 != 0:
+        raise ValueError(f"x's last dimension must be even (RoPE rotates pairs), got {shape[-1]}")
+    if table != sin.shape:
         raise ValueError(
-            f"cos and sin must have the same shape, got {tuple(cos.shape)} and {tuple(sin.shape)}"
+            f"cos and sin must have the same shape, got {tuple(table)} and {tuple(sin.shape)}"
         )
-    if cos.dim() < 2 or cos.shape[-1] != half or cos.shape[-2] not in (1, x.shape[-2]):
+    if len(table) < 2 or 2 * table[-1] != shape[-1] or table[-2] not in (1, shape[-2]):
         raise ValueError(
-            f"cos/sin must have shape [..., {x.shape[-2]}, {half}] to rotate x of shape "
-            f"{tuple(x.shape)}, got {tuple(cos.shape)}"
+            f"cos/sin must have shape [..., {shape[-2]}, {shape[-1] // 2}] to rotate x of "
+            f"shape {tuple(shape)}, got {tuple(table)}"
         )
-    try:
-        torch.broadcast_shapes(x.shape[:-1], cos.shape[:-1])
-    except RuntimeError as err:
-        raise ValueError(
-            f"cos/sin of shape {tuple(cos.shape)} do not broadcast against x of shape "
-            f"{tuple(x.shape)}"
-        ) from err
+    if len(table) > 2:  # batched tables ([B, 1, L, dim/2], say): they must broadcast
+        try:
+            shape = torch.Size((*_broadcast(shape[:-1], table[:-1]), shape[-1]))
+        except RuntimeError as err:
+            raise ValueError(
+                f"cos/sin of shape {tuple(table)} do not broadcast against x of shape "
+                f"{tuple(x.shape)}"
+            ) from err
+    if out is not None:
+        _check_out(out, x, cos, sin, shape)
 
 
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Tensor:
+def _broadcast(a: torch.Size, b: torch.Size) -> torch.Size:
+    """The broadcast of two shapes; RuntimeError if they do not broadcast."""
+    if torch.compiler.is_compiling():  # the compiler traces the Python rule
+        return torch.broadcast_shapes(a, b)
+    return torch._C._infer_size(a, b)  # the C++ rule: 0.1 µs instead of 10
+
+
+def _check_out(out: Tensor, x: Tensor, cos: Tensor, sin: Tensor, shape: torch.Size) -> None:
+    if not isinstance(out, Tensor):
+        raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
+    if out.dtype != x.dtype:
+        raise TypeError(f"out must have x's dtype {x.dtype}, got {out.dtype}")
+    if out.shape != shape:
+        raise ValueError(f"out must have the result's shape {tuple(shape)}, got {tuple(out.shape)}")
+    if out.device != x.device:
+        raise ValueError(f"out must be on x's device {x.device}, got {out.device}")
+    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
+        raise ValueError(
+            "out= is for inference: it cannot be used while x, cos or sin requires grad "
+            "(call apply_rope without out=, or under torch.no_grad())"
+        )
+    if not torch.compiler.is_compiling() and any(
+        rope_kernels.overlaps(out, t) for t in (x, cos, sin)
+    ):
+        raise ValueError("out must not share memory with x, cos or sin")
+
+
+def apply_rope(
+    x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half", *, out: Tensor | None = None
+) -> Tensor:
     """Rotate each feature pair of ``x`` by its position's angle (RoFormer §3.4.2).
 
     A pair ``(a, b)`` at position ``m`` becomes
@@ -182,199 +234,42 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Ten
     Llama). The arithmetic runs in the wider of ``x``'s and the tables' dtypes; the
     result has ``x``'s dtype.
 
-    When no gradient is needed and the arithmetic is float32 or float64, the rotation
-    runs in a few passes over a preallocated output (``_rope_no_grad``; chapter 11
-    measures it against a copy); otherwise in differentiable element-wise operations.
+    The element-wise formula below is the definition. When the arithmetic is float32 or
+    float64 and the tables need no gradient, :mod:`pecode.rope_kernels` computes the same
+    numbers in fewer passes over memory, with a backward that is the rotation by ``-θ``;
+    under ``torch.compile``, ``torch.export`` and ``torch.func`` transforms the formula
+    runs as written.
 
     Shapes::
 
         x:        [..., L, dim]
-        cos, sin: [..., L, dim // 2], broadcastable against x (from rope_cos_sin)
-        returns:  [..., L, dim], x.dtype
+        cos, sin: [..., L or 1, dim // 2], broadcastable against x (from rope_cos_sin)
+        out:      optional, the result's shape and x's dtype: written and returned, so
+                  that nothing is allocated (inference only)
+        returns:  [..., L, dim] (the broadcast shape), x.dtype
 
     Raises:
-        TypeError: an input is not a floating tensor.
-        ValueError: ``dim`` is odd, the tables do not fit ``x``, or ``layout`` is unknown.
+        TypeError: an input is not a floating tensor, or ``out`` is not a tensor of
+            ``x``'s dtype.
+        ValueError: ``dim`` is odd, the tables do not fit ``x``, ``layout`` is unknown, or
+            ``out`` has the wrong shape or device, shares memory with an input, or is
+            given while an input requires grad.
     """
-    _check_layout(layout)
-    if isinstance(x, Tensor) and x.dim() >= 1 and x.shape[-1] % 2 != 0:
-        raise ValueError(f"x's last dimension must be even (RoPE rotates pairs), got {x.shape[-1]}")
-    half = x.shape[-1] // 2 if isinstance(x, Tensor) else 0
-    _check_tables(x, cos, sin, half)
+    _check_rope_inputs(x, cos, sin, layout, out)
+    if rope_kernels.can_rotate(x, cos, sin):
+        return rope_kernels.rotate(x, cos, sin, layout, out=out)
     work = torch.promote_types(x.dtype, cos.dtype)
-    if work in (torch.float32, torch.float64) and not _needs_grad(x, cos, sin):
-        return _rope_no_grad(x, cos.to(work), sin.to(work), layout).to(x.dtype)
     cos, sin = cos.to(work), sin.to(work)
+    half = x.shape[-1] // 2
     if layout == "half":
         a, b = x[..., :half].to(work), x[..., half:].to(work)
-        out = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+        rotated = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
     else:
         pairs = x.to(work).unflatten(-1, (half, 2))
         a, b = pairs[..., 0], pairs[..., 1]
-        out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
-    return out.to(x.dtype)
-
-
-def _needs_grad(*tensors: Tensor) -> bool:
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-
-
-def _rope_no_grad(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
-    """:func:`apply_rope` in the tables' dtype, in as few passes as eager PyTorch allows.
-
-    RoPE is memory-bound (chapter 11): each element is read once, multiplied by two
-    table entries and written once, so its speed is set by the passes over ``x``.
-    Interleaved pairs are adjacent, so the rotation is one complex multiplication:
-    one pass that reads ``x`` and writes the output. Half-layout pairs are ``dim/2``
-    apart: one pass multiplies everything by cos, and two more add ``-b sin`` and
-    ``a sin`` to the halves in place; on large CPU inputs the same algebra runs one
-    cache-sized block at a time (``_rotate_half_in_blocks``), so the extra passes hit
-    the cache instead of main memory. On CUDA, with Triton importable, a compiled kernel
-    does either layout in one pass (``_rope_fused``).
-    """
-    if _use_fused(x):
-        try:
-            return _rope_fused(x, cos, sin, layout)
-        except Exception:  # a compiler failure must not cost correctness: go eager
-            _FUSED["broken"] = True
-    return _rope_eager(x, cos, sin, layout)
-
-
-def _use_fused(x: Tensor) -> bool:
-    """Whether ``_rope_no_grad`` compiles: a large CUDA input, outside any dispatch mode.
-
-    Small inputs (a decode step, a notebook's examples) gain nothing from one fused
-    pass, and every new shape, dtype or layout costs a recompilation, which dynamo
-    limits and warns about. Under a ``TorchDispatchMode`` (a memory tracker, say)
-    ``torch.compile`` refuses to run, so the eager passes are what would be measured.
-    """
-    return (
-        x.is_cuda
-        and x.numel() * x.element_size() >= _MIN_BLOCKED_BYTES
-        and torch._C._len_torch_dispatch_stack() == 0
-        and _fused_available()
-    )
-
-
-def _rope_eager(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
-    """The eager passes of ``_rope_no_grad``: one for interleaved pairs, three for halves.
-
-    A bf16/fp16 ``x`` is rotated a block of positions at a time in a small float32
-    buffer and rounded once into an output of its own dtype, so that no full-size
-    float32 tensor is allocated.
-    """
-    work = cos.dtype  # float32 or float64 tables: the working dtype
-    shape = torch.broadcast_shapes(x.shape, (*cos.shape[:-1], x.shape[-1]))
-    if x.dtype == work:
-        return _rotate_into(x, cos, sin, layout, torch.empty(shape, dtype=work, device=x.device))
-    out = torch.empty(shape, dtype=x.dtype, device=x.device)
-    length = shape[-2]
-    rows = max(1, _BLOCK_BYTES // (math.prod(shape[:-2]) * shape[-1] * cos.element_size()))
-    buffer = torch.empty((*shape[:-2], min(rows, length), shape[-1]), dtype=work, device=x.device)
-    for start in range(0, length, rows):
-        block = slice(start, min(start + rows, length))
-        tables = [t[..., block, :] if t.shape[-2] > 1 else t for t in (cos, sin)]
-        rotated = _rotate_into(
-            x[..., block, :], *tables, layout, buffer[..., : block.stop - start, :]
-        )
-        out[..., block, :].copy_(rotated)  # the one rounding to x's dtype
-    return out
-
-
-_BLOCK_BYTES = 2**22  # float32 scratch per block: fits the last-level cache, few blocks
-
-
-def _rotate_into(x: Tensor, cos: Tensor, sin: Tensor, layout: str, out: Tensor) -> Tensor:
-    """Write the rotation of ``x`` into ``out`` (the tables' dtype, the broadcast shape)."""
-    half = x.shape[-1] // 2
-    if layout == "interleaved":
-        aligned = x.stride(-1) == 1 and not any(
-            s % 2 for s in (*x.stride()[:-1], x.storage_offset())
-        )
-        if x.dtype != out.dtype or x.shape != out.shape or not aligned:
-            out.copy_(x)  # view_as_complex needs adjacent pairs at even offsets
-            x = out
-        pairs = torch.view_as_complex(x.unflatten(-1, (half, 2)))
-        rotor = torch.complex(cos, sin)  # e^{i m θ}, a small table
-        torch.mul(pairs, rotor, out=torch.view_as_complex(out.unflatten(-1, (half, 2))))
-        return out
-    if _rotate_half_in_blocks(x, cos, sin, out):
-        return out
-    # Full-width cos, so that the first pass runs over contiguous memory (half the
-    # time of broadcasting a half-width table over the pair axis, on CPU).
-    torch.mul(x, torch.cat((cos, cos), dim=-1), out=out)  # (a cos, b cos)
-    a, b = x[..., :half], x[..., half:]
-    out[..., :half].addcmul_(b, sin, value=-1.0)  # a cos - b sin
-    out[..., half:].addcmul_(a, sin)  # b cos + a sin
-    return out
-
-
-_CACHE_BLOCK_BYTES = 2**20  # one block of x: small enough to stay in a core's L2 cache
-_MIN_BLOCKED_BYTES = 2**22  # below this, the loop's operator launches cost more than it saves
-
-
-def _rotate_half_in_blocks(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor) -> bool:
-    """Half layout on large inputs, one cache-sized block of positions of one head at a time.
-
-    Each block takes four half-width operations (``a cos``, ``- b sin``, ``b cos``,
-    ``+ a sin``) whose second pass finds the output still in cache, so main memory
-    sees about one read of ``x`` and one write of the output, as a copy does.
-    Returns False, doing nothing, when the shapes do not allow the flat loop.
-    """
-    length, dim = x.shape[-2], x.shape[-1]
-    half = dim // 2
-    if (
-        x.device.type != "cpu"
-        or x.shape != out.shape
-        or x.numel() * x.element_size() < _MIN_BLOCKED_BYTES
-        or any(size != 1 for size in cos.shape[:-2])
-        or cos.shape != sin.shape
-    ):
-        return False
-    try:
-        rows_of_x = x.view(-1, length, dim)
-    except RuntimeError:  # not viewable as [heads, L, dim]: use the unblocked passes
-        return False
-    rows_of_out = out.view(-1, length, dim)
-    cos, sin = cos.reshape(cos.shape[-2], half), sin.reshape(sin.shape[-2], half)
-    step = max(1, _CACHE_BLOCK_BYTES // (dim * x.element_size()))
-    for head in range(rows_of_x.shape[0]):
-        for start in range(0, length, step):
-            block = slice(start, min(start + step, length))
-            c, s = (cos, sin) if cos.shape[0] == 1 else (cos[block], sin[block])
-            a, b = rows_of_x[head, block, :half], rows_of_x[head, block, half:]
-            out_a, out_b = rows_of_out[head, block, :half], rows_of_out[head, block, half:]
-            torch.mul(a, c, out=out_a).addcmul_(b, s, value=-1.0)  # a cos - b sin
-            torch.mul(b, c, out=out_b).addcmul_(a, s)  # b cos + a sin
-    return True
-
-
-_FUSED: dict[str, Any] = {}
-
-
-def _fused_available() -> bool:
-    """True when a CUDA kernel can be compiled: Triton importable and no earlier failure."""
-    if "available" not in _FUSED:
-        _FUSED["available"] = importlib.util.find_spec("triton") is not None
-    return bool(_FUSED["available"]) and not _FUSED.get("broken", False)
-
-
-def _rope_math(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
-    """The rotation as plain element-wise algebra, for the compiler to fuse into one pass."""
-    half = x.shape[-1] // 2
-    split = (2, half) if layout == "half" else (half, 2)
-    pair_dim = -2 if layout == "half" else -1
-    x2 = x.unflatten(-1, split)
-    a, b = x2.select(pair_dim, 0), x2.select(pair_dim, 1)
-    out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=pair_dim)
-    return out.flatten(-2)
-
-
-def _rope_fused(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
-    """:func:`_rope_math` compiled with ``torch.compile`` (Triton on CUDA), built on first use."""
-    if "fn" not in _FUSED:
-        _FUSED["fn"] = torch.compile(_rope_math, dynamic=True)
-    return _FUSED["fn"](x, cos, sin, layout)
+        rotated = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+    rotated = rotated.to(x.dtype)
+    return rotated if out is None else out.copy_(rotated)
 
 
 def rotate_half(x: Tensor) -> Tensor:
@@ -611,6 +506,10 @@ class RotaryEmbedding(PositionScheme):
     :class:`~pecode.attention.MultiHeadAttention` as ``[L]`` or ``[B, L]``: offsets
     for a KV cache and per-row positions for left padding need nothing else.
 
+    Under ``torch.compile`` and ``torch.export`` the tables cannot grow (growing reads the
+    positions on the host): give ``initial_positions`` at least the longest sequence, or
+    call the module once eagerly, before compiling (:meth:`cos_sin`).
+
     Args:
         head_dim: the per-head dimension of q and k.
         base: the frequency base (10000 in RoFormer).
@@ -699,15 +598,27 @@ class RotaryEmbedding(PositionScheme):
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """Look up the tables for integer ``positions`` ([..., L] -> [..., L, rotary_dim/2]).
 
+        In eager mode the tables grow (doubling) to cover the largest position, which
+        reads the positions on the host (one synchronisation on a GPU). Under
+        ``torch.compile`` or ``torch.export`` nothing is read on the host: the tables must
+        already cover every position (build them with ``initial_positions=``, or call
+        the module once in eager mode), and an asynchronous device-side check raises
+        for a negative or uncovered position. ``"dynamic"`` scaling rebuilds its tables
+        from the sequence length, so it runs in eager mode only.
+
         Raises:
             TypeError: ``positions`` is not an integer tensor.
-            ValueError: a position is negative.
+            ValueError: a position is negative (eager).
+            RuntimeError: a position is negative or past the tables (compiled), or
+                ``"dynamic"`` scaling under the compiler.
         """
-        if positions.is_floating_point() or positions.dtype == torch.bool:
-            raise TypeError(f"positions must be an integer tensor, got {positions.dtype}")
-        if positions.numel() and int(positions.min()) < 0:
+        check_integer_tensor("positions", positions)
+        if torch.compiler.is_compiling():
+            return self._lookup_compiled(positions)
+        low, high = torch.stack(torch.aminmax(positions)).tolist() if positions.numel() else (0, -1)
+        if low < 0:
             raise ValueError("positions must be non-negative")
-        needed = int(positions.max()) + 1 if positions.numel() else 0
+        needed = high + 1
         length = max(needed, self.scaling_params.get("original_max_position_embeddings", 0))
         if self.scaling == "dynamic" and length != self._seq_len:
             self._seq_len = length  # past the trained length the frequencies change
@@ -718,6 +629,31 @@ class RotaryEmbedding(PositionScheme):
             self._build(max(needed, 2 * self.cached_positions))  # doubling
         index = positions.to(self.cos_cached.device)
         return self.cos_cached[index], self.sin_cached[index]
+
+    def _lookup_compiled(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """The table lookup the compiler sees: no host read, an asynchronous range check."""
+        if self.scaling == "dynamic":
+            raise RuntimeError(
+                "RotaryEmbedding(scaling='dynamic') rebuilds its tables from the sequence "
+                "length, which torch.compile/torch.export cannot follow: run it eagerly"
+            )
+        index = positions.to(self.cos_cached.device)
+        covered = (index >= 0).all() & (index < self.cached_positions).all()
+        torch._assert_async(
+            covered,
+            "RotaryEmbedding: a position is negative or past the cached tables; under "
+            "torch.compile/torch.export build them first (initial_positions=, or one "
+            "eager call)",
+        )
+        return self.cos_cached[index], self.sin_cached[index]
+
+    def _apply(self, fn: Any, recurse: bool = True) -> RotaryEmbedding:
+        # Module.to(torch.bfloat16) casts the buffers; rebuild the tables in table_dtype
+        # right away, so that a compiled model never sees rounded tables.
+        super()._apply(fn, recurse)
+        if self.cos_cached.dtype != self.table_dtype:
+            self._build(self.cached_positions)
+        return self
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
         """Rotate ``x [B, H, L, head_dim]`` by ``positions [L]`` or ``[B, L]``."""

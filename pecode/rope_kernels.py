@@ -1,0 +1,392 @@
+"""The fast paths of :func:`pecode.rope.apply_rope`: the same rotation in fewer passes over memory.
+
+:mod:`pecode.rope` holds the math of RoPE; this module holds what makes it fast, and
+nothing here changes a result beyond float rounding (``tests/test_rope_kernels.py``
+compares every path with the float64 loop of :mod:`pecode.reference.rope`). RoPE is
+memory-bound (chapter 11): each element is read once, multiplied by two table entries
+and written once, so its speed is set by the passes over ``x`` and by the calls that
+Python makes, not by the arithmetic.
+
+:func:`pecode.rope.apply_rope` asks :func:`can_rotate` whether this module may run,
+and :func:`rotate` picks the path:
+
+* **small inputs** (a decode step: one token, every head): :func:`rotate_small`, the
+  element-wise formula in the fewest PyTorch calls, because there the calls, not the
+  memory, cost the time; differentiable;
+* **gradients for x only** (training): :class:`RotateFunction`, a
+  :class:`torch.autograd.Function` whose forward is the no-grad kernel and whose
+  backward is the same kernel rotating by ``-θ`` (the transpose of a rotation is its
+  inverse; flash-attn's rotary backward is its forward with ``conjugate=True``);
+* **no gradient** (inference): :func:`rotate_no_grad`, optionally into a caller's
+  ``out`` tensor so that nothing is allocated.
+
+:func:`can_rotate` says no, and ``apply_rope`` runs its own element-wise formula, when
+the tables need gradients, when the arithmetic would be narrower than float32 (bf16
+tables: chapter 9 reproduces that arithmetic), under ``torch.compile`` or
+``torch.export`` (the compiler fuses the formula itself) and under ``torch.func``
+transforms or forward-mode AD (the formula is made of ordinary operators they know).
+
+The no-grad kernel, on the CPU: interleaved pairs are adjacent, so the rotation is one
+complex multiplication, one pass over memory; half-layout pairs are ``dim/2`` apart,
+which no single PyTorch operator can pair up, so it takes three operations
+(``x · [cos, cos]``, then ``- b sin`` and ``+ a sin`` on the halves), run one
+cache-sized block of positions at a time so that the last two find the block still in
+the cache. bf16/fp16 inputs are rotated in a float32 block buffer and rounded once. On
+CUDA with Triton importable, ``torch.compile`` fuses either layout into one kernel
+(``_rope_fused``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from typing import Any
+
+import torch
+import torch.autograd.forward_ad as forward_ad
+from torch import Tensor
+
+__all__ = [
+    "RotateFunction",
+    "can_rotate",
+    "overlaps",
+    "rotate",
+    "rotate_no_grad",
+    "rotate_small",
+]
+
+_WIDE = (torch.float32, torch.float64)
+
+SMALL_NUMEL = 2**15
+"""Inputs with at most this many elements take :func:`rotate_small` (Python calls dominate)."""
+
+_CACHE_BLOCK_BYTES = 2**20  # one block of x: small enough to stay in a core's L2 cache
+_BUFFER_BYTES = 2**22  # float32 scratch for bf16/fp16 inputs: fits the last-level cache
+_MIN_FUSED_BYTES = 2**22  # below this a compiled CUDA kernel saves less than it costs
+
+
+def can_rotate(x: Tensor, cos: Tensor, sin: Tensor) -> bool:
+    """Whether this module may rotate ``x``; otherwise ``apply_rope`` uses its formula.
+
+    False under ``torch.compile``/``torch.export`` (the compiler fuses the element-wise
+    formula; the kernels' stride checks and ``out=`` calls would break its graph), under
+    ``torch.func`` transforms and forward-mode AD, when ``cos`` or ``sin`` needs a
+    gradient, and when the working dtype (the wider of ``x``'s and the tables') is
+    narrower than float32. Cheap: a few attribute reads, no loop.
+    """
+    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+        return False
+    if forward_ad._current_level >= 0:  # inside a forward-mode AD level
+        return False
+    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
+        return False
+    if x.dtype == cos.dtype:
+        return x.dtype in _WIDE
+    return torch.promote_types(x.dtype, cos.dtype) in _WIDE
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str, out: Tensor | None = None) -> Tensor:
+    """Rotate ``x`` as :func:`pecode.rope.apply_rope` does, on the fastest path that applies.
+
+    ``apply_rope`` has checked the arguments and :func:`can_rotate`; ``out``, if given,
+    has the result's shape and ``x``'s dtype and no gradient is needed.
+
+    Shapes::
+
+        x:        [..., L, dim]
+        cos, sin: [..., L or 1, dim // 2], broadcastable against x
+        out:      the broadcast shape [..., L, dim], x.dtype
+        returns:  the broadcast shape, x.dtype
+    """
+    work = cos.dtype if x.dtype == cos.dtype else torch.promote_types(x.dtype, cos.dtype)
+    if cos.dtype != work:
+        cos = cos.to(work)
+    if sin.dtype != work:
+        sin = sin.to(work)
+    if x.numel() <= SMALL_NUMEL:
+        rotated = rotate_small(x, cos, sin, layout)
+        return rotated if out is None else out.copy_(rotated)
+    if torch.is_grad_enabled() and x.requires_grad:
+        if cos.dim() > 2 and _result_shape(x, cos) != x.shape:
+            return rotate_small(x, cos, sin, layout)  # x broadcast to more rows: autograd sums
+        return RotateFunction.apply(x, cos, sin, layout)
+    return rotate_no_grad(x, cos, sin, layout, out=out)
+
+
+def rotate_small(
+    x: Tensor, cos: Tensor, sin: Tensor, layout: str, *, conjugate: bool = False
+) -> Tensor:
+    """The rotation in the fewest PyTorch calls, for inputs where each call costs more than memory.
+
+    Half layout: ``x · [cos, cos] + roll(x, dim/2) · [-sin, sin]`` (the rotate-half form
+    with the roll doing the swap); interleaved: complex multiplication by
+    ``cos + i sin``. Computed in the tables' dtype, returned in ``x``'s; differentiable.
+    ``conjugate=True`` rotates by ``-θ``.
+
+    Shapes::
+
+        x: [..., L, dim]    cos, sin: [..., L or 1, dim // 2]    returns: broadcast shape
+    """
+    if conjugate:
+        sin = -sin
+    wide = x if x.dtype == cos.dtype else x.to(cos.dtype)
+    half = x.shape[-1] // 2
+    if layout == "half":
+        cos_full = torch.cat((cos, cos), dim=-1)
+        sin_full = torch.cat((-sin, sin), dim=-1)
+        rotated = torch.mul(wide, cos_full).addcmul_(wide.roll(half, -1), sin_full)
+    else:
+        try:
+            pairs = torch.view_as_complex(wide.unflatten(-1, (half, 2)))
+        except RuntimeError:  # pairs not at even offsets: copy first
+            fresh = wide.clone(memory_format=torch.contiguous_format)
+            pairs = torch.view_as_complex(fresh.unflatten(-1, (half, 2)))
+        rotated = torch.view_as_real(pairs * torch.complex(cos, sin)).flatten(-2)
+    return rotated if rotated.dtype == x.dtype else rotated.to(x.dtype)
+
+
+class RotateFunction(torch.autograd.Function):
+    """RoPE with a hand-written gradient: the backward is the rotation by ``-θ``.
+
+    ``y = R(θ) x`` with ``R`` orthogonal, so ``∂L/∂x = R(θ)ᵀ ∂L/∂y = R(-θ) ∂L/∂y``: the
+    backward calls the same kernel as the forward with ``sin`` negated, and allocates
+    nothing but the gradient. It treats ``cos`` and ``sin`` as constants (use
+    :func:`pecode.rope.apply_rope`, which falls back to autograd when they need
+    gradients). The backward is itself a :class:`RotateFunction`, so second derivatives
+    work too.
+
+    ``RotateFunction.apply(x, cos, sin, layout, conjugate=False)`` with ``cos``/``sin``
+    already in the working dtype and shaped so that the result has ``x``'s shape.
+    """
+
+    @staticmethod
+    def forward(
+        x: Tensor, cos: Tensor, sin: Tensor, layout: str, conjugate: bool = False
+    ) -> Tensor:
+        """The no-grad kernel (:func:`rotate_no_grad`); ``conjugate=True`` rotates by ``-θ``."""
+        return rotate_no_grad(x, cos, sin, layout, conjugate=conjugate)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
+        """Keep the tables and the layout for the backward (``x`` itself is not needed)."""
+        _, cos, sin, layout, *rest = inputs
+        ctx.save_for_backward(cos, sin)
+        ctx.layout, ctx.conjugate = layout, bool(rest[0]) if rest else False
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        """The gradient for ``x``: ``grad`` rotated the other way, by the same Function."""
+        cos, sin = ctx.saved_tensors
+        grad_x = RotateFunction.apply(grad, cos, sin, ctx.layout, not ctx.conjugate)
+        return grad_x, None, None, None, None
+
+
+def rotate_no_grad(
+    x: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    layout: str,
+    *,
+    out: Tensor | None = None,
+    conjugate: bool = False,
+) -> Tensor:
+    """The rotation without autograd, in as few passes over memory as eager PyTorch allows.
+
+    Arithmetic in the tables' dtype (float32 or float64), one rounding to ``x``'s dtype.
+    Writes into ``out`` when given (any strides, not overlapping ``x``), else into a new
+    tensor. ``conjugate=True`` rotates by ``-θ`` (the backward of the rotation).
+
+    Shapes::
+
+        x:        [..., L, dim]
+        cos, sin: [..., L or 1, dim // 2], float32 or float64, broadcastable against x
+        out:      the broadcast shape, x.dtype
+        returns:  out, or a new tensor of the broadcast shape and x.dtype
+    """
+    sign = -1.0 if conjugate else 1.0
+    if _use_fused(x):
+        try:
+            rotated = _rope_fused(x, cos, -sin if conjugate else sin, layout)
+            return rotated if out is None else out.copy_(rotated)
+        except Exception:  # a compiler failure must not cost correctness: go eager
+            _FUSED["broken"] = True
+    if out is None:
+        out = torch.empty(_result_shape(x, cos), dtype=x.dtype, device=x.device)
+    if x.dtype == cos.dtype:
+        _rotate_in_blocks(x, cos, sin, layout, out, sign)
+    else:
+        _rotate_narrow(x, cos, sin, layout, out, sign)
+    return out
+
+
+def overlaps(a: Tensor, b: Tensor) -> bool:
+    """Whether two tensors may share an element: their byte spans in one storage meet.
+
+    Conservative (strided views that interleave without touching count as overlapping);
+    False for tensor subclasses other than parameters (fake tensors have no storage).
+    """
+    plain = (Tensor, torch.nn.Parameter)
+    if type(a) not in plain or type(b) not in plain or a.device != b.device:
+        return False
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    (a0, a1), (b0, b1) = _byte_span(a), _byte_span(b)
+    return a0 < b1 and b0 < a1
+
+
+def _byte_span(t: Tensor) -> tuple[int, int]:
+    extent = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride(), strict=True))
+    return t.data_ptr(), t.data_ptr() + (extent + 1) * t.element_size()
+
+
+def _result_shape(x: Tensor, cos: Tensor) -> torch.Size:
+    if cos.dim() <= 2:
+        return x.shape
+    return torch.Size((*torch._C._infer_size(x.shape[:-1], cos.shape[:-1]), x.shape[-1]))
+
+
+def _rows_per_block(out: Tensor, block_bytes: int, element_size: int | None = None) -> int:
+    """Positions per block so that one block of ``out`` holds about ``block_bytes``."""
+    length = out.shape[-2]
+    if not out.is_cpu or length == 0:
+        return max(length, 1)  # one block: a GPU has no cache to fit
+    row_bytes = out.numel() // length * (element_size or out.element_size())
+    return max(1, block_bytes // max(row_bytes, 1))
+
+
+def _blocks(t: Tensor, rows: int, length: int) -> list[Tensor] | tuple[Tensor, ...]:
+    """``t`` split into blocks of ``rows`` positions (the same block for every block if t has 1)."""
+    if t.shape[-2] == 1 and length > 1:
+        return [t] * math.ceil(length / rows)
+    return t.split(rows, dim=-2)
+
+
+def _rotate_in_blocks(
+    x: Tensor, cos: Tensor, sin: Tensor, layout: str, out: Tensor, sign: float
+) -> None:
+    """Rotate ``x`` (the tables' dtype) into ``out``, by cache-sized blocks of positions."""
+    length = out.shape[-2]
+    if layout == "half":
+        cos = torch.cat((cos, cos), dim=-1)  # full width: the first pass runs over whole rows
+        rows = _rows_per_block(out, _CACHE_BLOCK_BYTES)
+        for xb, cb, sb, ob in zip(
+            _blocks(x, rows, length),
+            _blocks(cos, rows, length),
+            _blocks(sin, rows, length),
+            out.split(rows, dim=-2),
+            strict=True,
+        ):
+            _rotate_half_block(xb, cb, sb, ob, sign)
+        return
+    rotor = torch.complex(cos, sin if sign > 0 else -sin)  # e^{±imθ}, a small table
+    target = _complex_pairs(out)
+    pairs = _complex_pairs(x) if x.dtype == out.dtype and x.shape == out.shape else None
+    if pairs is not None and target is not None:  # one pass over the whole tensor
+        torch.mul(pairs, rotor, out=target)
+        return
+    rows = _rows_per_block(out, _CACHE_BLOCK_BYTES)  # a copy first: keep it in the cache
+    for xb, rb, ob in zip(
+        _blocks(x, rows, length), _blocks(rotor, rows, length), out.split(rows, dim=-2), strict=True
+    ):
+        _rotate_interleaved_block(xb, rb, ob)
+
+
+def _rotate_half_block(x: Tensor, cos_full: Tensor, sin: Tensor, out: Tensor, sign: float) -> None:
+    """Half layout, three passes: ``(a cos, b cos)``, then ``- b sin`` and ``+ a sin``."""
+    half = x.shape[-1] // 2
+    a, b = x.split(half, dim=-1)
+    out_a, out_b = out.split(half, dim=-1)
+    torch.mul(x, cos_full, out=out)
+    out_a.addcmul_(b, sin, value=-sign)  # a cos - b sin
+    out_b.addcmul_(a, sin, value=sign)  # b cos + a sin
+
+
+def _complex_pairs(t: Tensor) -> Tensor | None:
+    """``t``'s adjacent pairs as complex numbers (a view), or None where strides forbid it."""
+    try:
+        return torch.view_as_complex(t.unflatten(-1, (t.shape[-1] // 2, 2)))
+    except RuntimeError:
+        return None
+
+
+def _rotate_interleaved_block(x: Tensor, rotor: Tensor, out: Tensor) -> None:
+    """Interleaved layout: copy a block of ``x`` into ``out``, multiply its pairs in place."""
+    target = _complex_pairs(out)
+    if target is None:  # out's pairs are not adjacent at even offsets: rotate elsewhere
+        out.copy_(_rotate_complex(x, rotor))
+        return
+    out.copy_(x)
+    target.mul_(rotor)
+
+
+def _rotate_complex(x: Tensor, rotor: Tensor) -> Tensor:
+    pairs = _complex_pairs(x)
+    if pairs is None:
+        pairs = _complex_pairs(x.clone(memory_format=torch.contiguous_format))
+    return torch.view_as_real(pairs * rotor).flatten(-2)
+
+
+def _rotate_narrow(
+    x: Tensor, cos: Tensor, sin: Tensor, layout: str, out: Tensor, sign: float
+) -> None:
+    """bf16/fp16 ``x``: rotate a block of positions at a time in a float32 buffer, round once.
+
+    No full-size float32 tensor is allocated; each element is rounded to ``x``'s dtype
+    once, so the result is the float32 rotation rounded, as the element-wise form gives.
+    """
+    length = out.shape[-2]
+    rows = min(_rows_per_block(out, _BUFFER_BYTES, cos.element_size()), length)
+    buffer = torch.empty((*out.shape[:-2], rows, out.shape[-1]), dtype=cos.dtype, device=x.device)
+    for xb, cb, sb, ob in zip(
+        _blocks(x, rows, length),
+        _blocks(cos, rows, length),
+        _blocks(sin, rows, length),
+        out.split(rows, dim=-2),
+        strict=True,
+    ):
+        scratch = buffer[..., : ob.shape[-2], :]
+        _rotate_in_blocks(xb, cb, sb, layout, scratch, sign)
+        ob.copy_(scratch)  # the one rounding to x's dtype
+
+
+_FUSED: dict[str, Any] = {}
+
+
+def _fused_available() -> bool:
+    """True when a CUDA kernel can be compiled: Triton importable and no earlier failure."""
+    if "available" not in _FUSED:
+        _FUSED["available"] = importlib.util.find_spec("triton") is not None
+    return bool(_FUSED["available"]) and not _FUSED.get("broken", False)
+
+
+def _use_fused(x: Tensor) -> bool:
+    """Whether :func:`rotate_no_grad` compiles: a large CUDA input, outside any dispatch mode.
+
+    Small inputs gain nothing from one fused pass, and every new shape, dtype or layout
+    costs a recompilation, which dynamo limits and warns about. Under a
+    ``TorchDispatchMode`` (a memory tracker, say) ``torch.compile`` refuses to run.
+    """
+    return (
+        x.is_cuda
+        and x.numel() * x.element_size() >= _MIN_FUSED_BYTES
+        and torch._C._len_torch_dispatch_stack() == 0
+        and _fused_available()
+    )
+
+
+def _rope_math(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """The rotation as plain element-wise algebra, for the compiler to fuse into one pass."""
+    half = x.shape[-1] // 2
+    split = (2, half) if layout == "half" else (half, 2)
+    pair_dim = -2 if layout == "half" else -1
+    x2 = x.to(cos.dtype).unflatten(-1, split)
+    a, b = x2.select(pair_dim, 0), x2.select(pair_dim, 1)
+    out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=pair_dim)
+    return out.flatten(-2).to(x.dtype)
+
+
+def _rope_fused(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """:func:`_rope_math` compiled with ``torch.compile`` (Triton on CUDA), built on first use."""
+    if "fn" not in _FUSED:
+        _FUSED["fn"] = torch.compile(_rope_math, dynamic=True)
+    return _FUSED["fn"](x, cos, sin, layout)

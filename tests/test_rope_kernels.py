@@ -1,0 +1,451 @@
+"""pecode.rope_kernels, every fast path of apply_rope, against the float64 loop reference.
+
+Each path (the element-wise formula, the small-input path, the no-grad kernel in one
+block and in many blocks, the autograd Function) is forced on small inputs and compared
+with ``pecode.reference.rope.rope_loop``: the forward for both layouts, four input
+dtypes, broadcast tables and strided views, with and without ``out=``; the gradient
+(the rotation by ``-θ`` of the loop reference, and ``gradcheck``); ``torch.func``
+transforms; and ``RotaryEmbedding`` inside ``MultiHeadAttention`` compiled with
+``torch.compile(fullgraph=True)`` and exported with ``torch.export``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pecode import rope_kernels
+from pecode.attention import MultiHeadAttention
+from pecode.reference.rope import rope_attention_loop, rope_loop
+from pecode.rope import RotaryEmbedding, apply_rope, rope_cos_sin, rope_inv_freq
+from pecode.rope_kernels import RotateFunction
+
+LAYOUTS = ["half", "interleaved"]
+PATHS = ["formula", "small", "kernel", "blocks"]
+# float64 arithmetic is exact to rounding; float32 tables and arithmetic to a few ulp;
+# bf16/fp16 results are the float32 rotation rounded once (half an ulp: 2^-9, 2^-12)
+# torch's own lazy imports (forward-AD decompositions, inductor) call torch.jit.script,
+# which torch 2.9+ deprecates: a warning about torch, not about pecode
+TORCH_INTERNALS = pytest.mark.filterwarnings(r"ignore:`torch\.jit\.script:DeprecationWarning")
+REL_TOL = {torch.float64: 1e-12, torch.float32: 1e-6, torch.bfloat16: 2**-8, torch.float16: 2**-11}
+
+
+@pytest.fixture
+def force_path(monkeypatch):
+    """Make apply_rope take one path whatever the input's size."""
+
+    def force(path: str) -> None:
+        if path == "formula":
+            monkeypatch.setattr(rope_kernels, "can_rotate", lambda *args: False)
+        elif path == "small":
+            monkeypatch.setattr(rope_kernels, "SMALL_NUMEL", 10**12)
+        else:
+            monkeypatch.setattr(rope_kernels, "SMALL_NUMEL", -1)
+        if path == "blocks":  # one position per block, in the cache passes and the buffer
+            monkeypatch.setattr(rope_kernels, "_CACHE_BLOCK_BYTES", 1)
+            monkeypatch.setattr(rope_kernels, "_BUFFER_BYTES", 1)
+
+    return force
+
+
+def tables(positions, dim, dtype=torch.float64):
+    cos, sin = rope_cos_sin(positions, rope_inv_freq(dim, dtype=torch.float64))
+    return cos.to(dtype), sin.to(dtype)
+
+
+def loop_reference(x, positions, layout):
+    """rope_loop per batch row when positions are [B, L] (tables [B, 1, L, r])."""
+    if positions.dim() == 1:
+        return rope_loop(x, positions, layout=layout)
+    return torch.stack([rope_loop(x[b], positions[b], layout=layout) for b in range(len(x))])
+
+
+def assert_close_to(got, want, dtype):
+    """|got - want| <= rel * |want| + rel, elementwise, for the dtype's tolerance."""
+    rel = REL_TOL[dtype]
+    assert got.dtype == dtype
+    assert got.shape == want.shape
+    err = (got.double() - want).abs()
+    assert bool((err <= rel * want.abs() + rel).all()), float(err.max())
+
+
+POSITION_KINDS = {
+    "[L,r]": torch.tensor([0, 1, 5, 17, 1000, 4095, 2]),
+    "[B,1,L,r]": torch.tensor([[0, 1, 2, 3, 4, 5, 6], [9, 0, 300, 2, 2, 70, 8]]),
+    "[1,r]": torch.tensor([123]),
+}
+
+
+def make_tables(kind, dim, dtype):
+    positions = POSITION_KINDS[kind]
+    cos, sin = tables(positions, dim, dtype)
+    if kind == "[B,1,L,r]":
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return positions, cos, sin
+
+
+def expand_positions(positions, length):
+    return positions.expand(length) if positions.numel() == 1 else positions
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kind", list(POSITION_KINDS))
+def test_forward_of_every_path_matches_the_loop(force_path, path, layout, dtype, kind):
+    force_path(path)
+    length = 1 if kind == "[1,r]" else 7
+    x = torch.randn(2, 3, length, 12).to(dtype)
+    table_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    positions, cos, sin = make_tables(kind, 12, table_dtype)
+    want = loop_reference(x.double(), expand_positions(positions, length), layout)
+    with torch.no_grad():
+        assert_close_to(apply_rope(x, cos, sin, layout), want, dtype)
+    # with x requiring grad: the autograd Function (or the formula) gives the same numbers
+    got = apply_rope(x.clone().requires_grad_(), cos, sin, layout)
+    assert_close_to(got.detach(), want, dtype)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_strided_views_and_out_match_the_loop(force_path, path, layout, dtype):
+    # [B, L, H, D] -> [B, H, L, D] (attention's split heads), a view at an odd offset
+    # (no complex view of its pairs), and out= tensors of both kinds
+    force_path(path)
+    base = torch.randn(2, 9, 3, 11, dtype=dtype)
+    views = {
+        "transposed": base[..., :10].transpose(1, 2),
+        "odd offset": base.flatten()[1 : 1 + 2 * 9 * 3 * 10].view(2, 3, 9, 10),
+    }
+    positions = torch.arange(9) * 11
+    cos, sin = tables(positions, 10, dtype)
+    for x in views.values():
+        want = rope_loop(x.contiguous().double(), positions, layout=layout)
+        with torch.no_grad():
+            assert_close_to(apply_rope(x, cos, sin, layout), want, dtype)
+            contiguous, transposed = torch.empty(2, 3, 9, 10), torch.empty(2, 9, 3, 10)
+            for out in (contiguous.to(dtype), transposed.to(dtype).transpose(1, 2)):
+                result = apply_rope(x, cos, sin, layout, out=out)
+                assert result is out
+                assert_close_to(out, want, dtype)
+
+
+@pytest.mark.parametrize("path", ["small", "kernel", "blocks"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize(
+    ("dtype", "table_dtype"),
+    [
+        (torch.bfloat16, torch.float32),
+        (torch.float16, torch.float32),
+        (torch.float32, torch.float64),
+    ],
+)
+def test_narrow_out_is_the_wide_rotation_rounded_once(force_path, path, layout, dtype, table_dtype):
+    # x narrower than the tables: rotated in the tables' dtype, rounded once into out
+    force_path(path)
+    x = torch.randn(2, 3, 7, 8).to(dtype)
+    positions = torch.arange(7) * 50
+    cos, sin = tables(positions, 8, table_dtype)
+    out = torch.empty(2, 3, 7, 8, dtype=dtype)
+    with torch.no_grad():
+        apply_rope(x, cos, sin, layout, out=out)
+    want = rope_loop(x.double(), positions, layout=layout)
+    if dtype == torch.float32:  # float64 arithmetic: within half an ulp of float32
+        assert bool(((out.double() - want).abs() <= 2**-24 * want.abs() + 1e-30).all())
+    assert_close_to(out, want, dtype)
+
+
+# --- gradients --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gradient_is_the_loop_rotation_by_minus_theta(force_path, path, layout, dtype):
+    # d(sum(g * R_θ x))/dx = R_θᵀ g = R_{-θ} g: the loop reference at negated positions
+    force_path(path)
+    positions = torch.tensor([0, 3, 50, 999, 7])
+    x = torch.randn(2, 3, 5, 12, dtype=dtype, requires_grad=True)
+    g = torch.randn(2, 3, 5, 12, dtype=dtype)
+    cos, sin = tables(positions, 12, dtype)
+    y = apply_rope(x, cos, sin, layout)
+    if path in ("kernel", "blocks"):
+        assert type(y.grad_fn).__name__ == "RotateFunctionBackward"
+    (y * g).sum().backward()
+    want = rope_loop(g.double(), -positions, layout=layout)
+    assert float((x.grad.double() - want).abs().max()) <= REL_TOL[dtype] * 10
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_float32_gradient_equals_autograd_through_the_formula_in_float64(force_path, layout):
+    x = torch.randn(2, 4, 64, 32)
+    g = torch.randn(2, 4, 64, 32)
+    cos, sin = tables(torch.arange(64) * 31, 32)
+    exact = x.double().requires_grad_()
+    force_path("formula")
+    (apply_rope(exact, cos, sin, layout) * g.double()).sum().backward()
+    force_path("kernel")
+    fast = x.clone().requires_grad_()
+    (apply_rope(fast, cos.float(), sin.float(), layout) * g).sum().backward()
+    assert float((fast.grad.double() - exact.grad).abs().max()) <= 1e-6
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("table_shape", [(5, 3), (1, 3)])
+def test_function_passes_gradcheck_and_gradgradcheck(layout, table_shape):
+    # finite differences, independent of any formula; the backward is itself a
+    # RotateFunction, so second derivatives are checked too
+    x = torch.randn(2, 5, 6, dtype=torch.float64, requires_grad=True)
+    angles = torch.rand(table_shape, dtype=torch.float64) * 6
+    cos, sin = angles.cos(), angles.sin()
+
+    def fn(t):
+        return RotateFunction.apply(t, cos, sin, layout)
+
+    assert torch.autograd.gradcheck(fn, (x,))
+    assert torch.autograd.gradgradcheck(fn, (x,))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_tables_needing_gradients_fall_back_to_autograd(force_path, monkeypatch, layout):
+    force_path("kernel")
+
+    def refuse(*args):
+        raise AssertionError("the Function cannot differentiate the tables")
+
+    monkeypatch.setattr(RotateFunction, "apply", refuse)
+    x = torch.randn(2, 3, 6, dtype=torch.float64, requires_grad=True)
+    angles = torch.rand(3, 3, dtype=torch.float64) * 6
+    cos, sin = angles.cos().requires_grad_(), angles.sin().requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, c, s: apply_rope(a, c, s, layout), (x, cos, sin))
+
+
+# --- torch.func and forward-mode AD -----------------------------------------------------
+
+
+@TORCH_INTERNALS
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_vmap_jvp_and_func_grad_give_the_loop_results(force_path, layout):
+    force_path("kernel")  # without routing, these inputs would reach the kernels
+    positions = torch.arange(6) * 9
+    cos, sin = tables(positions, 8)
+    xs = torch.randn(3, 2, 6, 8, dtype=torch.float64)
+    tangent = torch.randn(3, 2, 6, 8, dtype=torch.float64)
+
+    def rotate(t):
+        return apply_rope(t, cos, sin, layout)
+
+    batched = torch.func.vmap(rotate)(xs)
+    assert torch.allclose(batched, rope_loop(xs, positions, layout=layout), atol=1e-12)
+    value, jvp_out = torch.func.jvp(rotate, (xs,), (tangent,))
+    assert torch.allclose(value, rope_loop(xs, positions, layout=layout), atol=1e-12)
+    assert torch.allclose(jvp_out, rope_loop(tangent, positions, layout=layout), atol=1e-12)
+    grad = torch.func.grad(lambda t: (rotate(t) * tangent).sum())(xs)
+    assert torch.allclose(grad, rope_loop(tangent, -positions, layout=layout), atol=1e-12)
+    import torch.autograd.forward_ad as fwad
+
+    with fwad.dual_level():
+        dual = rotate(fwad.make_dual(xs, tangent))
+        dual_tangent = fwad.unpack_dual(dual).tangent
+    assert torch.allclose(dual_tangent, rope_loop(tangent, positions, layout=layout), atol=1e-12)
+
+
+# --- out= -------------------------------------------------------------------------------
+
+
+def test_out_errors_name_out():
+    x = torch.randn(2, 3, 4, 8)
+    cos, sin = tables(torch.arange(4), 8, torch.float32)
+    with pytest.raises(TypeError, match="out"):
+        apply_rope(x, cos, sin, out=[0.0])
+    with pytest.raises(TypeError, match="out"):
+        apply_rope(x, cos, sin, out=torch.empty(2, 3, 4, 8, dtype=torch.float64))
+    with pytest.raises(ValueError, match="out"):
+        apply_rope(x, cos, sin, out=torch.empty(2, 3, 4, 6))
+    with pytest.raises(ValueError, match="out"):
+        apply_rope(x, cos, sin, out=torch.empty(2, 3, 4, 8, device="meta"))
+    with pytest.raises(ValueError, match="out"):
+        apply_rope(x, cos, sin, out=x)  # in place: not supported
+    with pytest.raises(ValueError, match="out"):
+        apply_rope(x[:, :2], cos, sin, out=x[:, 1:])  # overlapping views
+    with pytest.raises(ValueError, match="out"):
+        apply_rope(x.clone().requires_grad_(), cos, sin, out=torch.empty(2, 3, 4, 8))
+    # a disjoint part of the same storage is fine
+    got = apply_rope(x[:1], cos, sin, out=x[1:])
+    assert got.data_ptr() == x[1:].data_ptr()
+
+
+# --- RotaryEmbedding under torch.compile and torch.export -------------------------------
+
+
+def make_attention(layout, seed=0):
+    torch.manual_seed(seed)
+    rotary = RotaryEmbedding(8, layout=layout, initial_positions=64)
+    return MultiHeadAttention(32, 4, position=rotary).eval()
+
+
+@TORCH_INTERNALS
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_compiled_attention_has_no_graph_break_and_matches(layout):
+    layer = make_attention(layout)
+    x = torch.randn(2, 16, 32)
+    positions = torch.arange(16) + 20
+    compiled = torch.compile(layer, fullgraph=True)  # fails on any graph break
+    with torch.no_grad():
+        got = compiled(x, positions=positions, causal=True)
+        eager = layer(x, positions=positions, causal=True)
+        with pytest.raises(RuntimeError, match="past the cached tables"):
+            compiled(x, positions=positions + 100, causal=True)  # no host read to grow them
+    want = rope_attention_loop(layer, x, positions, layout=layout, causal=True)
+    assert float((got.double() - want).abs().max()) <= 1e-5
+    assert float((got - eager).abs().max()) <= 1e-5
+    with torch.no_grad():
+        explained = torch._dynamo.explain(layer)(x, positions=positions, causal=True)
+    assert explained.graph_break_count == 0
+
+
+@TORCH_INTERNALS
+def test_exported_attention_matches_and_never_reads_a_tensor_on_the_host():
+    for layout in LAYOUTS:
+        layer = make_attention(layout)
+        x = torch.randn(2, 16, 32)
+        positions = torch.arange(16) + 3
+        exported = torch.export.export(layer, (x,), {"positions": positions, "causal": True})
+        targets = {str(node.target) for node in exported.graph.nodes}
+        assert not any("local_scalar_dense" in t or ".item" in t for t in targets)
+        with torch.no_grad():
+            got = exported.module()(x, positions=positions, causal=True)
+        want = rope_attention_loop(layer, x, positions, layout=layout, causal=True)
+        assert float((got.double() - want).abs().max()) <= 1e-5
+        with pytest.raises(RuntimeError, match="negative"):
+            exported.module()(x, positions=positions - 10, causal=True)
+
+
+@TORCH_INTERNALS
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_apply_rope_traces_in_one_graph_with_batched_tables_and_out(force_path, layout):
+    force_path("kernel")  # eager calls of this size would take the kernels; traced ones not
+    positions = torch.tensor([[0, 1, 2, 3, 4], [9, 8, 7, 6, 5]])
+    cos, sin = (t.unsqueeze(1) for t in tables(positions, 8))
+    x = torch.randn(2, 3, 5, 8, dtype=torch.float64)
+    out = torch.empty_like(x)
+    traced = torch.compile(apply_rope, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        traced(x, cos, sin, layout, out=out)
+    assert_close_to(out, loop_reference(x, positions, layout), torch.float64)
+
+
+def test_rotary_tables_stay_wide_right_after_a_cast():
+    # rebuilt by Module.to itself, so a compiled model (which cannot rebuild them) never
+    # sees bf16 tables
+    layer = make_attention("half").to(torch.bfloat16)
+    assert layer.position.cos_cached.dtype == torch.float32
+    assert layer.position.cached_positions == 64
+    want, _ = rope_cos_sin(torch.arange(64), rope_inv_freq(8, dtype=torch.float64))
+    assert float((layer.position.cos_cached.double() - want).abs().max()) < 1e-7
+
+
+def test_eager_rotary_embedding_still_checks_and_grows():
+    rotary = RotaryEmbedding(8, initial_positions=4)
+    with pytest.raises(ValueError, match="non-negative"):
+        rotary.cos_sin(torch.tensor([3, -1]))
+    rotary.cos_sin(torch.tensor([[2, 40]]))
+    assert rotary.cached_positions >= 41
+
+
+# --- the no-grad kernel's pieces ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_conjugate_kernel_is_the_rotation_by_minus_theta(layout):
+    positions = torch.arange(0, 400, 10)
+    x = torch.randn(3, 40, 16, dtype=torch.float64)
+    cos, sin = tables(positions, 16)
+    for conjugate, sign in ((False, 1), (True, -1)):
+        want = rope_loop(x, sign * positions, layout=layout)
+        got = rope_kernels.rotate_no_grad(x, cos, sin, layout, conjugate=conjugate)
+        assert torch.allclose(got, want, atol=1e-12)
+        small = rope_kernels.rotate_small(x, cos, sin, layout, conjugate=conjugate)
+        assert torch.allclose(small, want, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_half_layout_cache_blocks_at_the_benchmark_size(dtype):
+    # [1, 4, 2048, 128]: many rows per block; against the complex form in float64, which
+    # the loop reference checks in tests/test_rope.py
+    from pecode.rope import apply_rope_complex
+
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 4, 2048, 128, generator=generator, dtype=torch.float64)
+    inv_freq = rope_inv_freq(128, dtype=torch.float64)
+    cos, sin = rope_cos_sin(torch.arange(2048), inv_freq)
+    expected = apply_rope_complex(x, torch.arange(2048), inv_freq, layout="half")
+    tolerance = 1e-6 if dtype == torch.float32 else 1e-12
+    got = rope_kernels.rotate_no_grad(x.to(dtype), cos.to(dtype), sin.to(dtype), "half")
+    assert torch.allclose(got.double(), expected, atol=tolerance)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_compilable_math_traces_and_matches(layout):
+    # the function the CUDA path compiles: traced by dynamo (backend "eager" needs no
+    # compiler) it gives the loop reference's numbers
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    positions = torch.arange(5) * 3
+    cos, sin = tables(positions, 8)
+    traced = torch.compile(rope_kernels._rope_math, backend="eager", fullgraph=True)
+    want = rope_loop(x, positions, layout=layout)
+    assert torch.allclose(traced(x, cos, sin, layout), want)
+    assert torch.allclose(rope_kernels._rope_math(x, cos, sin, layout), want)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(2, 4, 33, 16), (2, 8, 1025, 64)], ids=["small", "fused"])
+def test_cuda_paths_match_the_cpu_path(layout, dtype, shape):
+    x = torch.randn(shape).to(dtype)
+    length, dim = shape[-2:]
+    cos, sin = rope_cos_sin(torch.arange(length) * 5, rope_inv_freq(dim))
+    want = apply_rope(x, cos, sin, layout)
+    on_gpu = x.cuda()
+    large = on_gpu.numel() * on_gpu.element_size() >= rope_kernels._MIN_FUSED_BYTES
+    assert rope_kernels._use_fused(on_gpu) == (large and rope_kernels._fused_available())
+    got = apply_rope(on_gpu, cos.cuda(), sin.cuda(), layout)
+    assert not rope_kernels._FUSED.get("broken", False)  # the compiled kernel did not fail
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    assert got.dtype == dtype
+    assert float((got.cpu().float() - want.float()).abs().max()) <= tol
+    # training: forward and backward (the rotation by -θ) on the GPU
+    leaf = on_gpu.clone().requires_grad_()
+    grad = torch.randn(shape).to(dtype)
+    apply_rope(leaf, cos.cuda(), sin.cuda(), layout).backward(grad.cuda())
+    back = apply_rope(grad, cos, -sin, layout)
+    assert float((leaf.grad.cpu().float() - back.float()).abs().max()) <= tol
+
+
+def test_fused_path_is_off_without_cuda_and_falls_back_when_broken(monkeypatch):
+    monkeypatch.setitem(rope_kernels._FUSED, "available", True)
+    monkeypatch.setitem(rope_kernels._FUSED, "broken", True)
+    assert not rope_kernels._fused_available()  # a failed compile is not retried
+    monkeypatch.setitem(rope_kernels._FUSED, "broken", False)
+    assert rope_kernels._fused_available()
+    x = torch.randn(3, 8, dtype=torch.float64)  # a CPU tensor never takes the fused path
+    cos, sin = tables(torch.arange(3), 8)
+    assert torch.allclose(apply_rope(x, cos, sin), rope_loop(x, torch.arange(3), layout="half"))
+
+
+def test_fused_path_needs_a_large_cuda_input_outside_dispatch_modes(monkeypatch):
+    # compiling pays off only for large inputs (each new shape recompiles), and under a
+    # dispatch mode (a memory tracker) torch.compile would not run at all
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    monkeypatch.setitem(rope_kernels._FUSED, "available", True)
+    monkeypatch.setitem(rope_kernels._FUSED, "broken", False)
+    large = rope_kernels._MIN_FUSED_BYTES // 4
+    assert not rope_kernels._use_fused(torch.empty(large))  # on the CPU
+    with FakeTensorMode():
+        on_gpu = torch.empty(large, device="cuda")
+        assert on_gpu.is_cuda
+        assert not rope_kernels._use_fused(on_gpu)  # the fake-tensor mode is a dispatch mode
