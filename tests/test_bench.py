@@ -1,14 +1,27 @@
-"""pecode.bench: the harness measures what it says. No test asserts a time."""
+"""pecode.bench: the harness measures what it says (interleaved rounds, per-round ratios,
+every RoPE method checked against the rotation). No test asserts a time.
+
+The timing core is tested with fake callables and a fake clock (the order of the
+samples, the per-round ratios); the RoPE cases run on tiny sizes and check that every
+method returns finite positive times and the right rotation, that forward + backward
+really produces the gradient (the rotation back, against the float64 loop of
+``pecode.reference``), that missing peers are skipped, and that the command line runs.
+"""
 
 from __future__ import annotations
 
+import json
 import math
+import sys
+import types
 
 import pytest
 import torch
 
 from pecode import bench
+from pecode.reference.rope import rope_loop
 from pecode.relative import peak_tensor_memory
+from pecode.rope import apply_rope
 
 
 def test_median_time_is_positive_and_checks_its_arguments():
@@ -42,9 +55,10 @@ def test_bench_rope_rows_ratios_and_memory():
     assert by_name["rope: copy_"].peak_bytes == 0  # writes into existing tensors
     for layout in ("half", "interleaved"):
         fast = by_name[f"rope {layout}: apply_rope"]
-        # the fast path allocates the outputs and small tables; the textbook's
-        # temporaries are full size
-        assert out_bytes <= fast.peak_bytes < textbook.peak_bytes
+        # the harness counts at least the two outputs and never more than the
+        # textbook's full-size temporaries (how little apply_rope allocates on large
+        # inputs is tested with its kernels, not here)
+        assert out_bytes <= fast.peak_bytes <= textbook.peak_bytes
         assert fast.max_error <= 1e-6
 
 
@@ -114,14 +128,360 @@ def test_encoding_costs_count_parameters_of_each_papers_parameterisation():
     assert next(r for r in rows if r["encoding"] == "none")["extra_bytes"] == 0
 
 
-def test_format_table_and_main(capsys):
-    rows = bench.main(["--quick", "--min-run-time", "0.01"])
-    text = capsys.readouterr().out
-    assert "rope half: apply_rope" in text
+def test_format_table_of_the_earlier_harness():
+    rows = bench.bench_shaw(32, heads=2, head_dim=8, max_distance=2, min_run_time=0.01)
+    text = bench.format_table(rows)
+    assert text.splitlines()[0].startswith("method")
     assert "shaw key+value: gather" in text
-    assert bench.format_table(rows).splitlines()[0].startswith("method")
 
 
 def test_peak_memory_of_a_clone_is_its_size():
     x = torch.randn(10, 10)
     assert peak_tensor_memory(lambda: x.clone()) == 400
+
+
+# -- the timing core ----------------------------------------------------------------------
+
+
+class FakeClock:
+    """A clock that only moves when a fake method says how long it took."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_methods(clock, durations, log):
+    """Callables that log their name and advance ``clock`` by their next duration."""
+    counters = dict.fromkeys(durations, 0)
+
+    def make(name):
+        def call():
+            log.append(name)
+            clock.now += durations[name][min(counters[name], len(durations[name]) - 1)]
+            counters[name] += 1
+
+        return call
+
+    return {name: make(name) for name in durations}, counters
+
+
+def test_time_interleaved_takes_one_sample_of_each_method_per_round():
+    log = []
+    methods = {name: (lambda name=name: log.append(name)) for name in "abc"}
+    bench.time_interleaved(methods, rounds=4, number=1, warmup=1, clock=FakeClock())
+    # the warm-up calls each method once, then round r samples a, b, c before round r + 1
+    assert log == list("abc") + list("abc") * 4
+    log.clear()
+    bench.time_interleaved(methods, rounds=3, number={"a": 2, "b": 1, "c": 3}, warmup=0)
+    assert log == list("aabccc") * 3
+
+
+def test_time_interleaved_shuffles_each_round_when_asked():
+    log = []
+    methods = {name: (lambda name=name: log.append(name)) for name in "abcde"}
+    bench.time_interleaved(methods, rounds=8, number=1, warmup=0, shuffle=True, seed=1)
+    rounds = [log[i : i + 5] for i in range(0, 40, 5)]
+    assert all(sorted(r) == list("abcde") for r in rounds)  # each round: every method once
+    assert len({tuple(r) for r in rounds}) > 1  # and not always in the same order
+    again = []
+    methods = {name: (lambda name=name: again.append(name)) for name in "abcde"}
+    bench.time_interleaved(methods, rounds=8, number=1, warmup=0, shuffle=True, seed=1)
+    assert again == log  # seeded
+
+
+def test_samples_and_ratios_are_per_round_with_a_fake_clock():
+    clock, log = FakeClock(), []
+    # round 3 is slow for everyone (a noisy neighbour): per-round ratios do not see it
+    durations = {
+        "copy_": [1.0, 2.0, 3.0, 4.0, 5.0],
+        "clone": [2.0, 4.0, 6.0, 8.0, 10.0],
+        "method": [3.0, 4.0, 6.0, 8.0, 5.0],
+    }
+    methods, _ = fake_methods(clock, durations, log)
+    samples = bench.time_interleaved(methods, rounds=5, number=1, warmup=0, clock=clock)
+    assert samples == {name: tuple(d) for name, d in durations.items()}
+    ratio = bench.ratio_spread(samples, "method", "copy_")
+    # quotients per round: 3, 2, 2, 2, 1 -> median 2, quartiles 2 and 2
+    assert (ratio.median, ratio.q1, ratio.q3, ratio.min, ratio.max) == (2.0, 2.0, 2.0, 1.0, 3.0)
+    # the quotient of the medians would be 5 / 3: not what is reported
+    assert not math.isclose(ratio.median, 5.0 / 3.0)
+    assert bench.ratio_spread(samples, "clone", "copy_") == bench.Spread(2.0, 2.0, 2.0, 2.0, 2.0)
+
+
+def test_a_sample_is_the_mean_of_number_calls():
+    clock, log = FakeClock(), []
+    methods, _ = fake_methods(clock, {"m": [1.0, 3.0]}, log)  # 1 s, then 3 s per call
+    samples = bench.time_interleaved(methods, rounds=2, number=2, warmup=0, clock=clock)
+    assert samples == {"m": (2.0, 3.0)}  # (1 + 3) / 2, then (3 + 3) / 2
+
+
+def test_calibration_makes_a_sample_last_about_target_s():
+    clock, log = FakeClock(), []
+    methods, _ = fake_methods(clock, {"m": [1e-3]}, log)
+    bench.time_interleaved(methods, rounds=2, target_s=0.05, warmup=0, clock=clock)
+    # calibration: 1, then 10 calls (10 ms >= 5 ms); then 2 rounds of 50 calls each
+    assert len(log) == 1 + 10 + 2 * 50
+
+
+def test_time_first_call_times_one_call_alone():
+    clock, log = FakeClock(), []
+    methods, _ = fake_methods(clock, {"m": [5.0, 1.0]}, log)  # slow first call, then fast
+    assert bench.time_first_call(methods["m"], clock=clock) == 5.0
+    assert log == ["m"]
+    assert bench.time_first_call(lambda: torch.ones(4).sum()) > 0
+    with pytest.raises(TypeError, match="fn"):
+        bench.time_first_call(3)
+
+
+def test_time_interleaved_real_clock_and_threads():
+    before = torch.get_num_threads()
+    samples = bench.time_interleaved(
+        {"sum": lambda: torch.ones(8).sum(), "noop": lambda: None},
+        rounds=2,
+        target_s=1e-3,
+        num_threads=1,
+    )
+    assert torch.get_num_threads() == before  # restored
+    assert all(len(v) == 2 and all(t > 0 and math.isfinite(t) for t in v) for v in samples.values())
+
+
+def test_time_interleaved_checks_its_arguments():
+    fine = {"a": lambda: None}
+    with pytest.raises(ValueError, match="methods"):
+        bench.time_interleaved({})
+    with pytest.raises(TypeError, match="methods"):
+        bench.time_interleaved({"a": 3})
+    for bad in ({"rounds": 0}, {"warmup": -1}, {"number": 0}, {"num_threads": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            bench.time_interleaved(fine, **bad)
+    with pytest.raises(ValueError, match="target_s"):
+        bench.time_interleaved(fine, target_s=0)
+    with pytest.raises(ValueError, match="number"):
+        bench.time_interleaved(fine, number={"b": 1})
+    with pytest.raises(ValueError, match="device"):
+        bench.time_interleaved(fine, device="meta")
+
+
+def test_spread_quartiles_interpolate_linearly():
+    spread = bench.Spread.of([5.0, 1.0, 4.0, 2.0, 3.0])
+    assert spread == bench.Spread(median=3.0, q1=2.0, q3=4.0, min=1.0, max=5.0)
+    # four values: quartiles at positions 0.75 and 2.25 of the sorted list (numpy's default)
+    assert bench.Spread.of([1.0, 2.0, 4.0, 8.0]) == bench.Spread(3.0, 1.75, 5.0, 1.0, 8.0)
+    assert bench.Spread.of([7.0]) == bench.Spread(7.0, 7.0, 7.0, 7.0, 7.0)
+    assert str(bench.Spread(4.127, 4.02, 4.25, 4.0, 4.3)) == "4.13 [4.02, 4.25]"
+    with pytest.raises(ValueError, match="empty"):
+        bench.Spread.of([])
+    with pytest.raises(ValueError, match="NaN"):
+        bench.Spread.of([1.0, math.nan])
+
+
+def test_ratio_spread_checks_its_arguments():
+    with pytest.raises(ValueError, match="'b'"):
+        bench.ratio_spread({"a": [1.0]}, "a", "b")
+    with pytest.raises(ValueError, match="same rounds"):
+        bench.ratio_spread({"a": [1.0], "b": [1.0, 2.0]}, "a", "b")
+    with pytest.raises(ValueError, match="positive"):
+        bench.ratio_spread({"a": [1.0], "b": [0.0]}, "a", "b")
+
+
+# -- the RoPE cases ------------------------------------------------------------------------
+
+TINY = (1, 2, 5, 8)
+
+
+def test_every_rope_method_runs_and_returns_finite_positive_numbers():
+    case = bench.bench_rope_case(TINY, rounds=2, target_s=1e-3, position=3)
+    names = list(case.samples)
+    assert names[:2] == ["copy_", "clone"]
+    for expected in (
+        "apply_rope half",
+        "apply_rope interleaved",
+        "rotate_half textbook",
+        "complex textbook",
+        "hf apply_rotary_pos_emb",  # transformers is installed with the book
+        "identity fwd+bwd",
+        "apply_rope half fwd+bwd",
+        "apply_rope interleaved fwd+bwd",
+        "hf apply_rotary_pos_emb fwd+bwd",
+    ):
+        assert expected in names
+    # forward methods first, then forward + backward
+    modes = [case.modes[n] for n in names]
+    assert modes == sorted(modes, key=lambda m: m == "forward+backward")
+    for row in case.rows():
+        assert row.time.min > 0
+        assert math.isfinite(row.time.max)
+        assert row.vs_copy.median > 0
+        assert math.isfinite(row.vs_copy.max)
+        if row.kind != "yardstick":  # the rotation (and gradient) against float64
+            assert row.max_error < 1e-5, row.method
+    assert case.ratio("copy_") == bench.Spread(1.0, 1.0, 1.0, 1.0, 1.0)
+    assert case.best_peer("forward") == "hf apply_rotary_pos_emb"
+    assert case.best_peer("forward+backward") == "hf apply_rotary_pos_emb fwd+bwd"
+    record = json.loads(json.dumps(case.as_dict()))  # JSON-ready
+    assert [r["method"] for r in record["rows"]] == names
+    assert all(len(r["seconds"]) == 2 for r in record["rows"])
+    text = bench.format_cases([case])
+    assert "q,k [1, 2, 5, 8] float32, 0.3125 KiB each, position 3" in text
+    assert sum(line.startswith(tuple(names)) for line in text.splitlines()) == len(names)
+
+
+def test_bf16_and_decode_cases_run():
+    case = bench.bench_rope_decode(
+        heads=2, head_dim=8, dtype=torch.bfloat16, rounds=1, target_s=1e-3, peers=False
+    )
+    assert (case.shape, case.position, case.dtype) == ((1, 2, 1, 8), 4096, "bfloat16")
+    assert set(case.modes.values()) == {"forward"}  # decoding needs no gradient
+    for name, error in case.max_errors.items():
+        assert math.isnan(error) if case.kinds[name] == "yardstick" else error < 2e-2
+
+
+def test_rope_methods_check_their_arguments():
+    with pytest.raises(ValueError, match="shape"):
+        bench.rope_methods((2, 5, 8))
+    with pytest.raises(ValueError, match="shape"):
+        bench.rope_methods((1, 2, 5, 7))
+    with pytest.raises(ValueError, match="position"):
+        bench.rope_methods(TINY, position=-1)
+    with pytest.raises(ValueError, match="layouts"):
+        bench.rope_methods(TINY, layouts=("neox",))
+    with pytest.raises(TypeError, match="dtype"):
+        bench.rope_methods(TINY, dtype=torch.int64)
+    with pytest.raises(ValueError, match="lengths"):
+        bench.bench_rope_sweep([])
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_forward_backward_computes_the_gradient(layout):
+    setup = bench.rope_methods(TINY, position=7, peers=layout == "half", textbook=False)
+    inputs = setup.inputs
+    # the gradient of a rotation by θ is the rotation by -θ of the upstream gradient:
+    # the float64 loop of pecode.reference at positions -m
+    want_q = rope_loop(inputs.grad_q, -inputs.positions, layout=layout)
+    want_k = rope_loop(inputs.grad_k, -inputs.positions, layout=layout)
+    names = [f"apply_rope {layout} fwd+bwd"]
+    if layout == "half":
+        names.append("hf apply_rotary_pos_emb fwd+bwd")
+    for name in names:
+        for _ in range(2):  # twice: .grad is reset between calls, not accumulated
+            rotated_q, _rotated_k = setup.methods[name].fn()
+        assert rotated_q.requires_grad
+        assert torch.allclose(inputs.q_leaf.grad.double(), want_q, atol=1e-6), name
+        assert torch.allclose(inputs.k_leaf.grad.double(), want_k, atol=1e-6), name
+    setup.methods["identity fwd+bwd"].fn()
+    assert torch.equal(inputs.q_leaf.grad, inputs.grad_q)
+
+
+def test_a_missing_gradient_is_an_infinite_error():
+    setup = bench.rope_methods(TINY, peers=False, textbook=False, layouts=("half",))
+    method = setup.methods["apply_rope half fwd+bwd"]
+    broken = bench.RopeMethod(
+        method.fn,
+        method.mode,
+        method.kind,
+        method.layout,
+        lambda: (*method.check()[:2], None, None),
+    )
+    setup.methods["apply_rope half fwd+bwd"] = broken
+    assert bench._max_errors(setup)["apply_rope half fwd+bwd"] == math.inf
+
+
+def test_peers_that_do_not_import_are_skipped_with_a_note(monkeypatch):
+    for module in ("transformers.models.llama.modeling_llama", "torchtune.modules"):
+        monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError
+    monkeypatch.setitem(sys.modules, "rotary_embedding_torch", None)
+    setup = bench.rope_methods(TINY)
+    assert not [n for n, m in setup.methods.items() if m.kind == "peer"]
+    assert sum("not importable, skipped" in note for note in setup.notes) == 3
+    case = bench.bench_rope_case(TINY, rounds=1, target_s=1e-3, layouts=("half",))
+    assert case.best_peer("forward") is None
+    assert "peer: none ran" in bench.format_cases([case])
+
+
+def interleaved_rotation(x, positions):
+    inv_freq = bench.rope_inv_freq(x.shape[-1])
+    cos, sin = bench.rope_cos_sin(positions, inv_freq)
+    return apply_rope(x, cos, sin, "interleaved")
+
+
+class FakeTorchtuneRope(torch.nn.Module):
+    """torchtune's interface: x [b, s, n_h, h_d], interleaved pairs, input_pos [b, s]."""
+
+    def __init__(self, dim, max_seq_len=4096, base=10_000):
+        super().__init__()
+        self.max_seq_len = max_seq_len
+
+    def forward(self, x, *, input_pos=None):
+        positions = torch.arange(x.shape[1]) if input_pos is None else input_pos[0]
+        assert int(positions.max()) < self.max_seq_len
+        return interleaved_rotation(x.transpose(1, 2), positions).transpose(1, 2)
+
+
+class FakeRotaryEmbeddingTorch(torch.nn.Module):
+    """rotary-embedding-torch's interface: [..., L, Dh], interleaved pairs, an offset."""
+
+    def __init__(self, dim):
+        super().__init__()
+
+    def rotate_queries_or_keys(self, t, seq_dim=None, offset=0):
+        return interleaved_rotation(t, torch.arange(offset, offset + t.shape[-2]))
+
+
+def test_peers_that_import_are_timed_in_their_own_layout(monkeypatch):
+    monkeypatch.setitem(
+        sys.modules,
+        "torchtune.modules",
+        types.SimpleNamespace(RotaryPositionalEmbeddings=FakeTorchtuneRope),
+    )
+    monkeypatch.setitem(
+        sys.modules,
+        "rotary_embedding_torch",
+        types.SimpleNamespace(RotaryEmbedding=FakeRotaryEmbeddingTorch),
+    )
+    case = bench.bench_rope_case(TINY, rounds=1, target_s=1e-3, position=3, textbook=False)
+    for name in ("torchtune", "rotary-embedding-torch"):
+        for suffix in ("", " fwd+bwd"):
+            assert case.kinds[name + suffix] == "peer"
+            assert case.max_errors[name + suffix] < 1e-6  # wired in the right layout
+
+
+def test_out_rows_appear_when_apply_rope_takes_out(monkeypatch):
+    calls = []
+
+    def apply_rope_with_out(x, cos, sin, layout="half", *, out=None):
+        calls.append(out is not None)
+        result = apply_rope(x, cos, sin, layout)
+        return result if out is None else out.copy_(result)
+
+    def apply_rope_without_out(x, cos, sin, layout="half"):
+        return apply_rope(x, cos, sin, layout)
+
+    monkeypatch.setattr(bench, "apply_rope", apply_rope_without_out)
+    setup = bench.rope_methods(TINY, peers=False, textbook=False)
+    assert "apply_rope half out=" not in setup.methods
+    assert "apply_rope takes no out= argument: no out= rows" in setup.notes
+    monkeypatch.setattr(bench, "apply_rope", apply_rope_with_out)
+    case = bench.bench_rope_case(TINY, rounds=1, target_s=1e-3, peers=False, textbook=False)
+    for layout in ("half", "interleaved"):
+        assert case.max_errors[f"apply_rope {layout} out="] < 1e-6
+    assert any(calls)
+    assert not case.notes  # no 'no out= rows' note
+
+
+def test_command_line_quick(tmp_path, capsys):
+    path = tmp_path / "cases.json"
+    argv = ["--quick", "--lengths", "4", "8", "--heads", "2", "--head-dim", "8"]
+    argv += ["--rounds", "2", "--target-s", "0.001", "--no-peers", "--json", str(path)]
+    cases = bench.main(argv)
+    text = capsys.readouterr().out
+    assert [c.shape for c in cases] == [(1, 2, 4, 8), (1, 2, 8, 8), (1, 2, 1, 8)]
+    assert "apply_rope half fwd+bwd" in text
+    assert "position 4096" in text
+    assert [c["shape"] for c in json.loads(path.read_text())] == [
+        [1, 2, 4, 8],
+        [1, 2, 8, 8],
+        [1, 2, 1, 8],
+    ]
