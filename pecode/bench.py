@@ -18,9 +18,10 @@ the yardsticks are two copies of the query and the key:
   the operating system and gives them back at ``free`` (the threshold starts at
   128 KiB and frees raise it, up to 32 MiB on 64-bit Linux: ``mallopt(3)``), and the
   first write to each fresh page costs a page fault. Whether a size pays therefore
-  depends on the size and on what the process allocated before; above 32 MiB it
-  always does. There ``clone`` is several times slower than ``copy_``, and "a small
-  multiple of a clone" is no bandwidth bound. The default sizes
+  depends on the size and on what the process allocated and freed before (a free
+  heap block large enough is reused without faults), so the same ``clone`` can cost
+  about one ``copy_`` in one round and several in the next (chapter 11 shows both):
+  "a small multiple of a clone" is no bandwidth bound. The default sizes
   (:func:`bench_rope_sweep`) run across that range.
 
 Run ``python -m pecode.bench`` for the RoPE table (``--help`` for sizes, rounds, dtype,
