@@ -261,6 +261,18 @@ def _blocks(t: Tensor, rows: int, length: int) -> list[Tensor] | tuple[Tensor, .
     return t.split(rows, dim=-2)
 
 
+def _blocks_of(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor, rows: int):
+    """Matching blocks of ``rows`` positions of ``x``, the tables and ``out``."""
+    length = out.shape[-2]
+    return zip(
+        _blocks(x, rows, length),
+        _blocks(cos, rows, length),
+        _blocks(sin, rows, length),
+        out.split(rows, dim=-2),
+        strict=True,
+    )
+
+
 def _rotate_in_blocks(
     x: Tensor, cos: Tensor, sin: Tensor, layout: str, out: Tensor, sign: float
 ) -> None:
@@ -269,13 +281,7 @@ def _rotate_in_blocks(
     if layout == "half":
         cos = torch.cat((cos, cos), dim=-1)  # full width: the first pass runs over whole rows
         rows = _rows_per_block(out, _CACHE_BLOCK_BYTES)
-        for xb, cb, sb, ob in zip(
-            _blocks(x, rows, length),
-            _blocks(cos, rows, length),
-            _blocks(sin, rows, length),
-            out.split(rows, dim=-2),
-            strict=True,
-        ):
+        for xb, cb, sb, ob in _blocks_of(x, cos, sin, out, rows):
             _rotate_half_block(xb, cb, sb, ob, sign)
         return
     rotor = torch.complex(cos, sin if sign > 0 else -sin)  # e^{±imθ}, a small table
@@ -337,13 +343,7 @@ def _rotate_narrow(
     length = out.shape[-2]
     rows = min(_rows_per_block(out, _BUFFER_BYTES, cos.element_size()), length)
     buffer = torch.empty((*out.shape[:-2], rows, out.shape[-1]), dtype=cos.dtype, device=x.device)
-    for xb, cb, sb, ob in zip(
-        _blocks(x, rows, length),
-        _blocks(cos, rows, length),
-        _blocks(sin, rows, length),
-        out.split(rows, dim=-2),
-        strict=True,
-    ):
+    for xb, cb, sb, ob in _blocks_of(x, cos, sin, out, rows):
         scratch = buffer[..., : ob.shape[-2], :]
         _rotate_in_blocks(xb, cb, sb, layout, scratch, sign)
         ob.copy_(scratch)  # the one rounding to x's dtype
