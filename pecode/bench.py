@@ -42,7 +42,7 @@ import random
 import statistics
 import time
 import timeit
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -51,9 +51,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils import benchmark
 
+from pecode._checks import check_int
 from pecode.absolute import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from pecode.alibi import ALiBi, alibi_bias
 from pecode.attention import MultiHeadAttention
+from pecode.experiments import cpu_threads
 from pecode.relative import (
     DebertaRelativePosition,
     ShawRelativePosition,
@@ -107,11 +109,6 @@ __all__ = [
 _MAX_NUMBER = 10**6  # calls in one sample, at most
 
 
-def _check_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
 def _check_device(device: torch.device | str) -> torch.device:
     try:
         device = torch.device(device)
@@ -124,18 +121,9 @@ def _check_device(device: torch.device | str) -> torch.device:
     return device
 
 
-@contextlib.contextmanager
-def _torch_threads(num_threads: int | None) -> Iterator[None]:
-    """Run with ``torch.set_num_threads(num_threads)``, restored after; None leaves it."""
-    if num_threads is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+def _torch_threads(num_threads: int | None) -> contextlib.AbstractContextManager[None]:
+    """:func:`pecode.experiments.cpu_threads`, or nothing when ``num_threads`` is None."""
+    return contextlib.nullcontext() if num_threads is None else cpu_threads(num_threads)
 
 
 def _sampler(
@@ -232,13 +220,13 @@ def time_interleaved(
     for name, fn in methods.items():
         if not callable(fn):
             raise TypeError(f"methods[{name!r}] must be callable, got {type(fn).__name__}")
-    _check_positive_int("rounds", rounds)
+    check_int("rounds", rounds)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
     if not target_s > 0:
         raise ValueError(f"target_s must be positive, got {target_s}")
     if num_threads is not None:
-        _check_positive_int("num_threads", num_threads)
+        check_int("num_threads", num_threads)
     device = _check_device(device)
     names = list(methods)
     if isinstance(number, Mapping):
@@ -246,9 +234,9 @@ def time_interleaved(
         if missing:
             raise ValueError(f"number has no entry for {missing}")
         for name in names:
-            _check_positive_int(f"number[{name!r}]", number[name])
+            check_int(f"number[{name!r}]", number[name])
     elif number is not None:
-        _check_positive_int("number", number)
+        check_int("number", number)
     samplers = {name: _sampler(methods[name], device, clock) for name in names}
     samples: dict[str, list[float]] = {name: [] for name in names}
     order_rng = random.Random(seed)
@@ -292,7 +280,7 @@ def time_first_call(
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     if num_threads is not None:
-        _check_positive_int("num_threads", num_threads)
+        check_int("num_threads", num_threads)
     device = _check_device(device)
     with _torch_threads(num_threads):
         return _sampler(fn, device, clock)(1)
@@ -1052,7 +1040,7 @@ def bench_rope_sweep(
     if not lengths:
         raise ValueError("lengths must not be empty")
     for length in lengths:
-        _check_positive_int("lengths", length)
+        check_int("lengths", length)
     return [bench_rope_case((batch, heads, length, head_dim), **options) for length in lengths]
 
 
