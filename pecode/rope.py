@@ -49,6 +49,7 @@ __all__ = [
     "convert_qk_weight_layout",
     "layout_permutation",
     "rope_cos_sin",
+    "rope_formula",
     "rope_inv_freq",
     "rope_rotation_matrix",
     "rotate_half",
@@ -234,11 +235,11 @@ def apply_rope(
     Llama). The arithmetic runs in the wider of ``x``'s and the tables' dtypes; the
     result has ``x``'s dtype.
 
-    The element-wise formula below is the definition. When the arithmetic is float32 or
-    float64 and the tables need no gradient, :mod:`pecode.rope_kernels` computes the same
-    numbers in fewer passes over memory, with a backward that is the rotation by ``-θ``;
-    under ``torch.compile``, ``torch.export`` and ``torch.func`` transforms the formula
-    runs as written.
+    The element-wise formula, :func:`rope_formula`, is the definition. When the
+    arithmetic is float32 or float64 and the tables need no gradient,
+    :mod:`pecode.rope_kernels` computes the same numbers in fewer passes over memory,
+    with a backward that is the rotation by ``-θ``; under ``torch.compile``,
+    ``torch.export`` and ``torch.func`` transforms the formula runs as written.
 
     Shapes::
 
@@ -258,6 +259,18 @@ def apply_rope(
     _check_rope_inputs(x, cos, sin, layout, out)
     if rope_kernels.can_rotate(x, cos, sin):
         return rope_kernels.rotate(x, cos, sin, layout, out=out)
+    rotated = rope_formula(x, cos, sin, layout)
+    return rotated if out is None else out.copy_(rotated)
+
+
+def rope_formula(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """The rotation of :func:`apply_rope` as written, element by element, without checks.
+
+    ``(a, b) -> (a cos - b sin, a sin + b cos)`` for every pair, in the wider of ``x``'s
+    and the tables' dtypes, returned in ``x``'s. :func:`apply_rope` runs it when the
+    kernels of :mod:`pecode.rope_kernels` do not apply, and the kernels' compiled CUDA
+    path hands it to ``torch.compile`` to fuse.
+    """
     work = torch.promote_types(x.dtype, cos.dtype)
     cos, sin = cos.to(work), sin.to(work)
     half = x.shape[-1] // 2
@@ -268,8 +281,7 @@ def apply_rope(
         pairs = x.to(work).unflatten(-1, (half, 2))
         a, b = pairs[..., 0], pairs[..., 1]
         rotated = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
-    rotated = rotated.to(x.dtype)
-    return rotated if out is None else out.copy_(rotated)
+    return rotated.to(x.dtype)
 
 
 def rotate_half(x: Tensor) -> Tensor:

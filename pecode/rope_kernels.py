@@ -374,19 +374,10 @@ def _use_fused(x: Tensor) -> bool:
     )
 
 
-def _rope_math(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
-    """The rotation as plain element-wise algebra, for the compiler to fuse into one pass."""
-    half = x.shape[-1] // 2
-    split = (2, half) if layout == "half" else (half, 2)
-    pair_dim = -2 if layout == "half" else -1
-    x2 = x.to(cos.dtype).unflatten(-1, split)
-    a, b = x2.select(pair_dim, 0), x2.select(pair_dim, 1)
-    out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=pair_dim)
-    return out.flatten(-2).to(x.dtype)
-
-
 def _rope_fused(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
-    """:func:`_rope_math` compiled with ``torch.compile`` (Triton on CUDA), built on first use."""
+    """:func:`pecode.rope.rope_formula` compiled (Triton on CUDA), built on first use."""
     if "fn" not in _FUSED:
-        _FUSED["fn"] = torch.compile(_rope_math, dynamic=True)
+        from pecode.rope import rope_formula  # pecode.rope imports this module
+
+        _FUSED["fn"] = torch.compile(rope_formula, dynamic=True)
     return _FUSED["fn"](x, cos, sin, layout)

@@ -17,7 +17,7 @@ import torch
 from pecode import rope_kernels
 from pecode.attention import MultiHeadAttention
 from pecode.reference.rope import rope_attention_loop, rope_loop
-from pecode.rope import RotaryEmbedding, apply_rope, rope_cos_sin, rope_inv_freq
+from pecode.rope import RotaryEmbedding, apply_rope, rope_cos_sin, rope_formula, rope_inv_freq
 from pecode.rope_kernels import RotateFunction
 
 LAYOUTS = ["half", "interleaved"]
@@ -393,10 +393,10 @@ def test_compilable_math_traces_and_matches(layout):
     x = torch.randn(2, 5, 8, dtype=torch.float64)
     positions = torch.arange(5) * 3
     cos, sin = tables(positions, 8)
-    traced = torch.compile(rope_kernels._rope_math, backend="eager", fullgraph=True)
+    traced = torch.compile(rope_formula, backend="eager", fullgraph=True)
     want = rope_loop(x, positions, layout=layout)
     assert torch.allclose(traced(x, cos, sin, layout), want)
-    assert torch.allclose(rope_kernels._rope_math(x, cos, sin, layout), want)
+    assert torch.allclose(rope_formula(x, cos, sin, layout), want)
 
 
 @pytest.mark.cuda
