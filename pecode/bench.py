@@ -27,7 +27,8 @@ the yardsticks are two copies of the query and the key:
 Run ``python -m pecode.bench`` for the RoPE table (``--help`` for sizes, rounds, dtype,
 threads and device). :func:`median_time`, :func:`bench_rope`, :func:`bench_shaw`,
 :func:`bench_bias_attention`, :func:`encoding_costs` and :func:`format_table` are the
-earlier one-method-at-a-time harness, kept for the cells of chapter 11 that call them.
+earlier one-method-at-a-time harness (medians, no interleaving, no spread); no chapter
+calls them any more, only ``--attention`` does.
 """
 
 from __future__ import annotations
