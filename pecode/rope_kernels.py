@@ -10,9 +10,12 @@ Python makes, not by the arithmetic.
 :func:`pecode.rope.apply_rope` asks :func:`can_rotate` whether this module may run,
 and :func:`rotate` picks the path:
 
-* **small inputs** (a decode step: one token, every head): :func:`rotate_small`, the
-  element-wise formula in the fewest PyTorch calls, because there the calls, not the
-  memory, cost the time; differentiable;
+* **CUDA**, when Triton imports: one kernel of :mod:`pecode.rope_triton` for any size,
+  one read and one write of each element, with or without gradients (the backward is
+  the same kernel rotating by ``-θ``), into ``out`` when given;
+* **small inputs** otherwise (a decode step: one token, every head): :func:`rotate_small`,
+  the element-wise formula in the fewest PyTorch calls, because there the calls, not
+  the memory, cost the time; differentiable;
 * **gradients for x only** (training): :class:`RotateFunction`, a
   :class:`torch.autograd.Function` whose forward is the no-grad kernel and whose
   backward is the same kernel rotating by ``-θ`` (the transpose of a rotation is its
@@ -26,14 +29,13 @@ tables: chapter 9 reproduces that arithmetic), under ``torch.compile`` or
 ``torch.export`` (the compiler fuses the formula itself) and under ``torch.func``
 transforms or forward-mode AD (the formula is made of ordinary operators they know).
 
-The no-grad kernel, on the CPU: interleaved pairs are adjacent, so the rotation is one
-complex multiplication, one pass over memory; half-layout pairs are ``dim/2`` apart,
-which no single PyTorch operator can pair up, so it takes three operations
-(``x · [cos, cos]``, then ``- b sin`` and ``+ a sin`` on the halves), run one
-cache-sized block of positions at a time so that the last two find the block still in
-the cache. bf16/fp16 inputs are rotated in a float32 block buffer and rounded once. On
-CUDA with Triton importable, ``torch.compile`` fuses either layout into one kernel
-(``_rope_fused``).
+The eager no-grad kernel (the CPU, and CUDA without Triton): interleaved pairs are
+adjacent, so the rotation is one complex multiplication, one pass over memory;
+half-layout pairs are ``dim/2`` apart, which no single PyTorch operator can pair up, so
+it takes three operations (``x · [cos, cos]``, then ``- b sin`` and ``+ a sin`` on the
+halves), run one cache-sized block of positions at a time so that the last two find the
+block still in the cache. bf16/fp16 inputs are rotated in a float32 block buffer and
+rounded once.
 """
 
 from __future__ import annotations
@@ -62,7 +64,6 @@ SMALL_NUMEL = 2**15
 
 _CACHE_BLOCK_BYTES = 2**20  # one block of x: small enough to stay in a core's L2 cache
 _BUFFER_BYTES = 2**22  # float32 scratch for bf16/fp16 inputs: fits the last-level cache
-_MIN_FUSED_BYTES = 2**22  # below this a compiled CUDA kernel saves less than it costs
 
 
 def can_rotate(x: Tensor, cos: Tensor, sin: Tensor) -> bool:
@@ -103,7 +104,7 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str, out: Tensor | None 
         cos = cos.to(work)
     if sin.dtype != work:
         sin = sin.to(work)
-    if x.numel() <= SMALL_NUMEL:
+    if x.numel() <= SMALL_NUMEL and not _use_triton(x, cos, sin, out):
         rotated = rotate_small(x, cos, sin, layout)
         return rotated if out is None else out.copy_(rotated)
     if torch.is_grad_enabled() and x.requires_grad:
@@ -203,13 +204,11 @@ def rotate_no_grad(
         out:      the broadcast shape, x.dtype
         returns:  out, or a new tensor of the broadcast shape and x.dtype
     """
+    if _use_triton(x, cos, sin, out):
+        if out is None:
+            out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        return _triton().launch(x, cos, sin, layout, out, conjugate)
     sign = -1.0 if conjugate else 1.0
-    if _use_fused(x):
-        try:
-            rotated = _rope_fused(x, cos, -sin if conjugate else sin, layout)
-            return rotated if out is None else out.copy_(rotated)
-        except Exception:  # a compiler failure must not cost correctness: go eager
-            _FUSED["broken"] = True
     if out is None:
         out = torch.empty(_result_shape(x, cos), dtype=x.dtype, device=x.device)
     if x.dtype == cos.dtype:
@@ -349,35 +348,43 @@ def _rotate_narrow(
         ob.copy_(scratch)  # the one rounding to x's dtype
 
 
-_FUSED: dict[str, Any] = {}
+_TRITON: dict[str, Any] = {}
+_TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _fused_available() -> bool:
-    """True when a CUDA kernel can be compiled: Triton importable and no earlier failure."""
-    if "available" not in _FUSED:
-        _FUSED["available"] = importlib.util.find_spec("triton") is not None
-    return bool(_FUSED["available"]) and not _FUSED.get("broken", False)
+def _triton():
+    """:mod:`pecode.rope_triton`, or None where Triton is missing or failed to import."""
+    if "module" not in _TRITON:
+        module = None
+        if importlib.util.find_spec("triton") is not None:
+            try:
+                from pecode import rope_triton as module
+            except Exception:  # an unusable Triton install: the eager paths still work
+                module = None
+        _TRITON["module"] = module
+    return _TRITON["module"]
 
 
-def _use_fused(x: Tensor) -> bool:
-    """Whether :func:`rotate_no_grad` compiles: a large CUDA input, outside any dispatch mode.
+def _use_triton(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor | None = None) -> bool:
+    """Whether the Triton kernel rotates ``x``: a CUDA input of a shape and strides it takes.
 
-    Small inputs gain nothing from one fused pass, and every new shape, dtype or layout
-    costs a recompilation, which dynamo limits and warns about. Under a
-    ``TorchDispatchMode`` (a memory tracker, say) ``torch.compile`` refuses to run.
+    It takes ``x`` of at most four dimensions in float32/bfloat16/float16, with float32
+    tables of one shape and strides that do not broadcast ``x`` to more rows, each with
+    a contiguous last dimension (``out`` too). Not under a ``TorchDispatchMode`` (a fake
+    or a tracking mode would not see the kernel's reads and writes).
     """
     return (
         x.is_cuda
-        and x.numel() * x.element_size() >= _MIN_FUSED_BYTES
+        and x.dtype in _TRITON_DTYPES
+        and cos.dtype == sin.dtype == torch.float32
+        and x.dim() <= 4
+        and cos.dim() <= x.dim()
+        and cos.shape == sin.shape
+        and cos.stride() == sin.stride()
+        and _result_shape(x, cos) == x.shape
+        and x.stride(-1) == 1
+        and cos.stride(-1) == 1
+        and (out is None or out.stride(-1) == 1)
         and torch._C._len_torch_dispatch_stack() == 0
-        and _fused_available()
+        and _triton() is not None
     )
-
-
-def _rope_fused(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
-    """:func:`pecode.rope.rope_formula` compiled (Triton on CUDA), built on first use."""
-    if "fn" not in _FUSED:
-        from pecode.rope import rope_formula  # pecode.rope imports this module
-
-        _FUSED["fn"] = torch.compile(rope_formula, dynamic=True)
-    return _FUSED["fn"](x, cos, sin, layout)

@@ -11,6 +11,12 @@ transforms; and ``RotaryEmbedding`` inside ``MultiHeadAttention`` compiled with
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -399,53 +405,149 @@ def test_compilable_math_traces_and_matches(layout):
     assert torch.allclose(rope_formula(x, cos, sin, layout), want)
 
 
+# The Triton kernel, run by Triton's interpreter on the CPU (TRITON_INTERPRET=1 must be
+# set before the kernel is defined, hence a fresh process), against the float64 loop:
+# both layouts, three dtypes, a head size that is not a power of two (masked lanes),
+# per-batch tables broadcast by strides, x and out with rows apart in memory, and
+# conjugate=True.
+TRITON_SCRIPT = """
+import torch
+from pecode.reference.rope import rope_loop
+from pecode.rope import rope_cos_sin, rope_inv_freq
+from pecode.rope_triton import launch
+
+generator = torch.Generator().manual_seed(0)
+worst = {}
+for layout in ("half", "interleaved"):
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for shape, per_batch, strided in (
+            ((2, 3, 5, 8), False, False),
+            ((3, 6, 10), False, True),
+            ((2, 3, 5, 12), True, False),
+            ((7, 6), False, False),
+        ):
+            length, dim = shape[-2:]
+            # the input rounded to dtype first, so that the only rounding is the result's
+            x64 = torch.randn(shape, generator=generator, dtype=torch.float64).to(dtype).double()
+            if per_batch:
+                positions = torch.randint(0, 500, (shape[0], length), generator=generator)
+                want = torch.stack([rope_loop(x64[b], positions[b], layout=layout)
+                                    for b in range(shape[0])])
+            else:
+                positions = torch.arange(length) * 7 + 3
+                want = rope_loop(x64, positions, layout=layout)
+            cos, sin = rope_cos_sin(positions, rope_inv_freq(dim, dtype=torch.float64))
+            cos, sin = cos.float(), sin.float()  # float32 tables rounded once
+            if per_batch:
+                cos, sin = cos[:, None], sin[:, None]
+            x = x64.to(dtype)
+            out = torch.empty(*shape[:-2], 2 * length, dim, dtype=dtype)[..., ::2, :]
+            if strided:  # rows of x and out that are not adjacent in memory
+                x = torch.empty(shape[0], 2 * length, dim, dtype=dtype)[:, ::2].copy_(x)
+            launch(x, cos, sin, layout, out)
+            back = torch.empty_like(out)
+            launch(out, cos, sin, layout, back, conjugate=True)
+            scale = float(want.abs().max())
+            for key, error in (
+                (str(dtype), float((out.double() - want).abs().max()) / scale),
+                (f"{dtype} round trip", float((back.double() - x.double()).abs().max()) / scale),
+            ):
+                worst[key] = max(worst.get(key, 0.0), error)
+print(worst)
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton")
+def test_triton_kernel_matches_the_loop_in_the_interpreter():
+    result = subprocess.run(
+        [sys.executable, "-c", TRITON_SCRIPT],
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    worst = ast.literal_eval(result.stdout.strip().splitlines()[-1])
+    # relative to the largest element: float32, a few ulp; bf16 (8 significant bits) and
+    # fp16 (11): the result is converted once, and the round trip adds the second
+    # conversion and the first one's error rotated back. The interpreter converts
+    # float32 to bf16/fp16 by truncation (one ulp, 2^-7 or 2^-10 of an element); a GPU
+    # rounds to nearest (half that), which test_cuda_paths_match_the_cpu_path checks.
+    for dtype, bits in (("float32", 24), ("bfloat16", 7), ("float16", 10)):
+        once = 2.0**-bits if bits < 24 else 1e-6
+        assert worst[f"torch.{dtype}"] <= once, worst
+        assert worst[f"torch.{dtype} round trip"] <= 3 * once, worst
+
+
+def test_triton_path_is_only_for_cuda_outside_dispatch_modes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x = torch.randn(2, 4, 8, 16)
+    cos, sin = rope_cos_sin(torch.arange(8), rope_inv_freq(16))
+    assert not rope_kernels._use_triton(x, cos, sin)  # on the CPU
+    with FakeTensorMode():
+        on_gpu = torch.empty(2, 4, 8, 16, device="cuda")
+        assert on_gpu.is_cuda
+        fake_cos, fake_sin = (torch.empty(8, 8, device="cuda") for _ in range(2))
+        assert not rope_kernels._use_triton(on_gpu, fake_cos, fake_sin)  # a dispatch mode
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape", [(2, 4, 33, 16), (2, 8, 1025, 64)], ids=["small", "fused"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(2, 4, 33, 16), (2, 8, 1025, 64)], ids=["small", "large"])
 def test_cuda_paths_match_the_cpu_path(layout, dtype, shape):
     x = torch.randn(shape).to(dtype)
     length, dim = shape[-2:]
-    cos, sin = rope_cos_sin(torch.arange(length) * 5, rope_inv_freq(dim))
-    want = apply_rope(x, cos, sin, layout)
-    on_gpu = x.cuda()
-    large = on_gpu.numel() * on_gpu.element_size() >= rope_kernels._MIN_FUSED_BYTES
-    assert rope_kernels._use_fused(on_gpu) == (large and rope_kernels._fused_available())
-    got = apply_rope(on_gpu, cos.cuda(), sin.cuda(), layout)
-    assert not rope_kernels._FUSED.get("broken", False)  # the compiled kernel did not fail
-    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    positions = torch.arange(length) * 5
+    cos, sin = tables(positions, dim, torch.float32)
+    on_gpu, gpu_cos, gpu_sin = x.cuda(), cos.cuda(), sin.cuda()
+    assert rope_kernels._use_triton(on_gpu, gpu_cos, gpu_sin) == (
+        rope_kernels._triton() is not None
+    )
+    got = apply_rope(on_gpu, gpu_cos, gpu_sin, layout)
     assert got.dtype == dtype
-    assert float((got.cpu().float() - want.float()).abs().max()) <= tol
+    # each element within half an ulp of the float64 loop (rounded to nearest once),
+    # plus float32 arithmetic's error, which scales with the pair's size, not the result's
+    exact = rope_loop(x.double(), positions, layout=layout)
+    bits = {torch.float32: 23, torch.bfloat16: 8, torch.float16: 11}[dtype]
+    bound = 2.0**-bits * exact.abs() + 1e-6 * float(x.abs().max())
+    assert bool(((got.cpu().double() - exact).abs() <= bound).all())
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    # out=: written in place, nothing else allocated on the device
+    out = torch.empty_like(on_gpu)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    apply_rope(on_gpu, gpu_cos, gpu_sin, layout, out=out)
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() == before
+    assert torch.equal(out, got)
     # training: forward and backward (the rotation by -θ) on the GPU
     leaf = on_gpu.clone().requires_grad_()
     grad = torch.randn(shape).to(dtype)
-    apply_rope(leaf, cos.cuda(), sin.cuda(), layout).backward(grad.cuda())
+    apply_rope(leaf, gpu_cos, gpu_sin, layout).backward(grad.cuda())
     back = apply_rope(grad, cos, -sin, layout)
     assert float((leaf.grad.cpu().float() - back.float()).abs().max()) <= tol
 
 
-def test_fused_path_is_off_without_cuda_and_falls_back_when_broken(monkeypatch):
-    monkeypatch.setitem(rope_kernels._FUSED, "available", True)
-    monkeypatch.setitem(rope_kernels._FUSED, "broken", True)
-    assert not rope_kernels._fused_available()  # a failed compile is not retried
-    monkeypatch.setitem(rope_kernels._FUSED, "broken", False)
-    assert rope_kernels._fused_available()
-    x = torch.randn(3, 8, dtype=torch.float64)  # a CPU tensor never takes the fused path
-    cos, sin = tables(torch.arange(3), 8)
-    assert torch.allclose(apply_rope(x, cos, sin), rope_loop(x, torch.arange(3), layout="half"))
-
-
-def test_fused_path_needs_a_large_cuda_input_outside_dispatch_modes(monkeypatch):
-    # compiling pays off only for large inputs (each new shape recompiles), and under a
-    # dispatch mode (a memory tracker) torch.compile would not run at all
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    monkeypatch.setitem(rope_kernels._FUSED, "available", True)
-    monkeypatch.setitem(rope_kernels._FUSED, "broken", False)
-    large = rope_kernels._MIN_FUSED_BYTES // 4
-    assert not rope_kernels._use_fused(torch.empty(large))  # on the CPU
-    with FakeTensorMode():
-        on_gpu = torch.empty(large, device="cuda")
-        assert on_gpu.is_cuda
-        assert not rope_kernels._use_fused(on_gpu)  # the fake-tensor mode is a dispatch mode
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_cuda_per_batch_tables_and_gradcheck(layout):
+    # per-batch positions [B, 1, L, r] broadcast by strides, and the gradient of the
+    # kernel path against autograd of the loop reference, in float32 on the GPU
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 4, 40, 32, generator=generator)
+    positions = torch.randint(0, 4000, (3, 40), generator=generator)
+    cos, sin = tables(positions, 32, torch.float32)  # float32 tables rounded once
+    want = loop_reference(x.double(), positions, layout)
+    got = apply_rope(x.cuda(), cos[:, None].cuda(), sin[:, None].cuda(), layout)
+    assert float((got.cpu().double() - want).abs().max()) < 1e-5
+    leaf = x.cuda().requires_grad_()
+    grad = torch.randn(x.shape, generator=generator)
+    apply_rope(leaf, cos[:, None].cuda(), sin[:, None].cuda(), layout).backward(grad.cuda())
+    # the gradient of a rotation by θ is the rotation of the upstream gradient by -θ
+    reference = loop_reference(grad.double(), -positions, layout)
+    assert float((leaf.grad.cpu().double() - reference).abs().max()) < 1e-5
