@@ -178,7 +178,10 @@ class RotateFunction(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         """The gradient for ``x``: ``grad`` rotated the other way, by the same Function."""
         cos, sin = ctx.saved_tensors
-        grad_x = RotateFunction.apply(grad, cos, sin, ctx.layout, not ctx.conjugate)
+        if torch.is_grad_enabled():  # create_graph=True: record it, for second derivatives
+            grad_x = RotateFunction.apply(grad, cos, sin, ctx.layout, not ctx.conjugate)
+        else:  # the usual backward: the kernel alone, without a Function's bookkeeping
+            grad_x = rotate_no_grad(grad, cos, sin, ctx.layout, conjugate=not ctx.conjugate)
         return grad_x, None, None, None, None
 
 
