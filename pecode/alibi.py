@@ -13,6 +13,10 @@ Pure functions first (:func:`alibi_slopes`, :func:`alibi_bias`,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from numbers import Real
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -80,8 +84,20 @@ def _as_slopes(heads_or_slopes: int | Tensor) -> Tensor:
                 f"slopes must be a non-empty 1-D tensor [H], got shape "
                 f"{tuple(heads_or_slopes.shape)}"
             )
+        if not bool(torch.isfinite(heads_or_slopes).all()):
+            raise ValueError(f"slopes must be finite, got {heads_or_slopes.tolist()}")
         return heads_or_slopes
     return alibi_slopes(heads_or_slopes, dtype=torch.float64)
+
+
+def _slopes_from_sequence(values: object) -> Tensor:
+    """Custom slopes given as numbers, as a float64 CPU tensor."""
+    numbers = list(values) if isinstance(values, Sequence) and not isinstance(values, str) else None
+    if numbers is None or any(isinstance(v, bool) or not isinstance(v, Real) for v in numbers):
+        raise TypeError(
+            f"slopes must be a floating tensor or a sequence of numbers, got {values!r}"
+        )
+    return torch.tensor([float(v) for v in numbers], dtype=torch.float64, device="cpu")
 
 
 def _check_not_empty(name: str, positions: Tensor) -> None:
@@ -234,31 +250,78 @@ class ALiBi(PositionScheme):
     cache, a shifted window) are honoured. The causal variant includes the causal
     mask, so attention with it is causal even when ``causal=False`` is passed.
 
+    The slopes are fixed, not learned, and are not saved in the state dict; the module
+    keeps them as Python floats and rebuilds its float64 ``slopes`` buffer from them
+    after every ``to()``/``to_empty()`` (so building on the ``meta`` device, then
+    ``to_empty()`` and ``load_state_dict``, gives the exact slopes, and
+    ``module.to(torch.bfloat16)`` does not round them).
+
     Args:
         num_heads: number of heads; must equal the attention module's.
         symmetric: use the bidirectional variant ``-m |i - j|`` (encoders).
-        slopes: custom slopes ``[num_heads]`` instead of :func:`alibi_slopes`.
+        slopes: custom slopes ``[num_heads]`` instead of :func:`alibi_slopes`: a
+            floating tensor or a sequence of numbers (on the ``meta`` device, only a
+            sequence holds values), all finite.
 
     Raises:
-        TypeError, ValueError: bad ``num_heads`` or ``slopes``, or ``slopes`` does
+        TypeError, ValueError: bad ``num_heads`` or ``slopes`` (not floating numbers,
+            not 1-D, not finite, or a tensor on the ``meta`` device), or ``slopes`` does
             not have ``num_heads`` entries.
     """
 
+    score_bias_reads_keys = False  # the bias depends on the positions only
+
     def __init__(
-        self, num_heads: int, *, symmetric: bool = False, slopes: Tensor | None = None
+        self,
+        num_heads: int,
+        *,
+        symmetric: bool = False,
+        slopes: Tensor | Sequence[float] | None = None,
     ) -> None:
         super().__init__()
         check_int("num_heads", num_heads)
         if slopes is None:
-            slopes = alibi_slopes(num_heads, dtype=torch.float64)
+            with torch.device("cpu"):  # real values even when the module is built on "meta"
+                slopes = alibi_slopes(num_heads, dtype=torch.float64)
+        elif isinstance(slopes, Tensor) and slopes.is_meta:
+            raise ValueError(
+                "slopes is a tensor on the meta device, which holds no values, and ALiBi's "
+                "slopes are not saved in the state dict: pass them as a list of floats"
+            )
+        elif not isinstance(slopes, Tensor):
+            slopes = _slopes_from_sequence(slopes)
         slopes = _as_slopes(slopes)
         if slopes.numel() != num_heads:
             raise ValueError(f"slopes has {slopes.numel()} entries, expected num_heads={num_heads}")
         self.num_heads = num_heads
         self.symmetric = symmetric
+        self._slope_values = tuple(slopes.double().tolist())  # what the buffer is built from
         # not persistent: the slopes are fixed by the head count, not learned weights;
         # float64 so that a float64 model gets the exact slopes
-        self.register_buffer("slopes", slopes.detach().clone().double(), persistent=False)
+        self.register_buffer("slopes", self._slope_tensor(None), persistent=False)
+
+    def _slope_tensor(self, device: torch.device | None) -> Tensor:
+        return torch.tensor(self._slope_values, dtype=torch.float64, device=device)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> ALiBi:
+        # to_empty() leaves the buffer uninitialised and .to(torch.bfloat16) rounds it:
+        # rebuild it, exact and in float64, wherever it now lives (H floats: cheap).
+        super()._apply(fn, recurse)
+        if not self.slopes.is_meta:
+            self.slopes = self._slope_tensor(self.slopes.device)
+        return self
+
+    def reset_parameters(self) -> None:
+        """Rebuild the ``slopes`` buffer from the slopes given (nothing here is learned)."""
+        if not self.slopes.is_meta:
+            self.slopes = self._slope_tensor(self.slopes.device)
+
+    def _exact_slopes(self, device: torch.device) -> Tensor:
+        """The float64 slopes, rebuilt on ``device`` if ``load_state_dict(assign=True)``
+        left them on the ``meta`` device."""
+        if self.slopes.is_meta:
+            self.slopes = self._slope_tensor(device)
+        return self.slopes
 
     def score_bias(self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         """The ALiBi bias, ``[H, Lq, Lk]`` (or ``[B, H, Lq, Lk]`` for batched positions).
@@ -270,7 +333,7 @@ class ALiBi(PositionScheme):
             raise ValueError(f"q has {q.shape[1]} heads, ALiBi was built for {self.num_heads}")
         # float32 or wider: the bias is exact enough before the cast to q's dtype
         dtype = torch.promote_types(q.dtype, torch.float32)
-        slopes = self.slopes.to(device=q.device, dtype=dtype)
+        slopes = self._exact_slopes(q.device).to(device=q.device, dtype=dtype)
         if q_positions is k_positions:  # self-attention: every query sees itself
             return _bias(slopes, q_positions, k_positions, self.symmetric)
         return alibi_bias_from_positions(slopes, q_positions, k_positions, symmetric=self.symmetric)

@@ -17,6 +17,11 @@ Every encoding in the book enters attention in one of four places:
 masks folded into one float mask, so every scheme uses PyTorch's fused kernels. Only a
 scheme that overrides :meth:`PositionScheme.output_term` needs the weights themselves;
 attention then computes them explicitly.
+
+The same module does grouped-query attention (``num_kv_heads`` key/value heads, each
+shared by a group of consecutive query heads; Ainslie et al. 2023), multi-query attention
+(``num_kv_heads=1``; Shazeer 2019), and cross-attention (keys and values from a separate
+``context``, the encoder-decoder attention of Vaswani et al. 2017, §3.2.3).
 """
 
 from __future__ import annotations
@@ -27,7 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from pecode._checks import check_int, check_integer_tensor
+
 __all__ = [
+    "ContentOnly",
     "KVCache",
     "MultiHeadAttention",
     "PositionScheme",
@@ -40,15 +48,27 @@ __all__ = [
 class PositionScheme(nn.Module):
     """How positions enter attention; this base class adds no position information.
 
-    Subclasses override one or both hooks. Shapes, with ``B`` the batch, ``H`` the
-    heads, ``Lq``/``Lk`` the query/key lengths and ``Dh`` the head dimension::
+    Subclasses override one or both hooks. Shapes, with ``B`` the batch, ``H`` the query
+    heads, ``Hkv`` the key/value heads (``H`` unless the layer has grouped-query
+    attention), ``Lq``/``Lk`` the query/key lengths and ``Dh`` the head dimension::
 
-        q: [B, H, Lq, Dh]    k: [B, H, Lk, Dh]
+        q: [B, H, Lq, Dh]    k: [B, Hkv, Lk, Dh] in transform_qk, [B, H, Lk, Dh] in score_bias
         q_positions: [Lq] or [B, Lq]    k_positions: [Lk] or [B, Lk]   (integer)
+
+    :meth:`transform_qk` sees the ``Hkv`` key heads as they are projected (and cached);
+    :meth:`score_bias` sees them repeated to the ``H`` query heads (query head ``h``
+    uses key head ``h // (H // Hkv)``), so a scheme that combines each query head with
+    its own keys needs no knowledge of the grouping. A scheme whose bias never reads
+    ``k`` sets :attr:`score_bias_reads_keys` to ``False`` and spares that copy.
 
     A scheme that holds parameters (a learned bias table, say) registers them as
     usual; :class:`MultiHeadAttention` owns the scheme, so they train with it.
     """
+
+    #: False in a scheme whose :meth:`score_bias` never reads ``k`` (only its shape,
+    #: dtype or device): grouped-query attention then hands it the ``Hkv`` key heads
+    #: instead of a copy repeated to ``H`` heads.
+    score_bias_reads_keys: bool = True
 
     def transform_qk(
         self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor
@@ -86,6 +106,60 @@ class PositionScheme(nn.Module):
     def has_output_term(self) -> bool:
         """True when a subclass overrides :meth:`output_term`."""
         return type(self).output_term is not PositionScheme.output_term
+
+    @property
+    def supports_cross_attention(self) -> bool:
+        """Whether the scheme may be used in cross-attention.
+
+        In cross-attention the queries and the keys index two different sequences (a
+        decoder's tokens and an encoder's), so an offset ``key position - query
+        position`` means nothing. True only for a scheme that overrides none of
+        :meth:`transform_qk`, :meth:`score_bias` and :meth:`output_term` (the base
+        class, :class:`ContentOnly`): T5, BART and Whisper use no positions in their
+        encoder-decoder attention. A scheme whose two sequences share one coordinate
+        system (time stamps, image coordinates) sets the class attribute
+        ``supports_cross_attention = True`` to be accepted.
+        """
+        cls = type(self)
+        return all(
+            getattr(cls, hook) is getattr(PositionScheme, hook)
+            for hook in ("transform_qk", "score_bias", "output_term")
+        )
+
+
+class ContentOnly(PositionScheme):
+    """No positions inside attention, with a chosen factor on ``q·k``.
+
+    T5 does not scale its logits by ``1/sqrt(Dh)`` (Raffel et al. 2020), in its
+    encoder-decoder attention either, which has no position bias:
+    ``ContentOnly(logit_scale=1.0)`` is that layer's scheme.
+
+    Args:
+        logit_scale: the factor on ``q·k``; ``None`` for ``1/sqrt(Dh)``.
+
+    Raises:
+        TypeError: ``logit_scale`` is not a real number.
+        ValueError: ``logit_scale`` is not positive and finite.
+    """
+
+    def __init__(self, logit_scale: float | None = None) -> None:
+        super().__init__()
+        if logit_scale is not None:
+            if isinstance(logit_scale, bool) or not isinstance(logit_scale, (int, float)):
+                raise TypeError(
+                    f"logit_scale must be a number or None, got {type(logit_scale).__name__}"
+                )
+            if not (math.isfinite(logit_scale) and logit_scale > 0):
+                raise ValueError(f"logit_scale must be positive and finite, got {logit_scale}")
+            logit_scale = float(logit_scale)
+        self.scale = logit_scale
+
+    def logit_scale(self, head_dim: int) -> float:
+        """The chosen factor, or ``1/sqrt(head_dim)``."""
+        return super().logit_scale(head_dim) if self.scale is None else self.scale
+
+    def extra_repr(self) -> str:
+        return f"logit_scale={self.scale}"
 
 
 def causal_mask(q_len: int, k_len: int, device: torch.device | str | None = None) -> Tensor:
@@ -159,38 +233,84 @@ def additive_mask(
 class KVCache:
     """Keys, values and key positions of earlier calls, for decoding one step at a time.
 
-    :class:`MultiHeadAttention` appends each call's keys *after*
+    **Self-attention.** :class:`MultiHeadAttention` appends each call's keys *after*
     :meth:`PositionScheme.transform_qk` (for RoPE: already rotated), its values and
     its positions, and attends over everything cached. This is exact for schemes
     whose ``transform_qk`` treats each key by its own position (none, RoPE); the
-    other hooks receive all cached keys and their positions. One cache per layer.
+    other hooks receive all cached keys and their positions. One cache per layer; with
+    grouped-query attention it holds the ``Hkv`` key/value heads only.
+
+    Each row continues from its own position: after a prefill with per-row positions
+    ``[B, L]`` (left padding, each row's real tokens counted from 0), the next token of
+    row ``b`` is at one past row ``b``'s largest cached position (:meth:`next_positions`).
+    The cache keeps no padding mask: keep passing the prefill's key mask, extended by
+    the new keys, as ``attn_mask``.
+
+    **Cross-attention.** The first call with a ``context`` stores the context's keys and
+    values; later calls with the same context tensor reuse them instead of projecting
+    the context again.
 
     Shapes::
 
-        keys, values: [B, H, Lk, Dh]    positions: [Lk] or [B, Lk]
+        keys, values: [B, Hkv, Lk, Dh]    positions: [Lk] or [B, Lk]
     """
 
     def __init__(self) -> None:
         self.keys: Tensor | None = None
         self.values: Tensor | None = None
         self.positions: Tensor | None = None
+        self.context: Tensor | None = None  # the context of a cross-attention cache
+        self._next: Tensor | None = None  # one past each row's largest position: [] or [B]
 
     def __len__(self) -> int:
         return 0 if self.keys is None else self.keys.shape[-2]
 
+    def next_positions(self, length: int, device: torch.device | str | None = None) -> Tensor:
+        """Positions of the next ``length`` tokens, each row continuing from its own.
+
+        Shapes::
+
+            returns: [length] while every row shares its positions (0 .. length-1 for an
+                     empty cache), [B, length] once per-row positions were cached
+
+        Raises:
+            TypeError, ValueError: ``length`` is not a positive int.
+        """
+        check_int("length", length)
+        if self._next is None:
+            return torch.arange(length, device=device)
+        steps = torch.arange(length, device=self._next.device)
+        return self._next.unsqueeze(-1) + steps
+
     @property
     def next_position(self) -> int:
-        """One past the largest cached position (the default position of the next token)."""
-        return 0 if self.positions is None else int(self.positions.max()) + 1
+        """One past the largest cached position, when all rows continue from the same one.
+
+        Raises:
+            ValueError: the rows continue from different positions (after a left-padded
+                prefill): use :meth:`next_positions`.
+        """
+        if self._next is None:
+            return 0
+        if self._next.dim() == 1 and bool((self._next != self._next[0]).any()):
+            raise ValueError(
+                f"the rows of this cache continue from different positions "
+                f"{self._next.tolist()}: use next_positions(length)"
+            )
+        return int(self._next.max())
 
     def append(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Add new keys, values and positions; return the cached ones, new included.
 
         Raises:
-            ValueError: the new keys do not match the cached batch, heads or head size.
+            ValueError: the cache holds a context's keys (cross-attention), or the new
+                keys do not match the cached batch, heads or head size.
         """
+        if self.context is not None:
+            raise ValueError("this KVCache holds the keys of a context (cross-attention)")
+        new_next = positions.amax(dim=-1) + 1
         if self.keys is None or self.values is None or self.positions is None:
-            self.keys, self.values, self.positions = k, v, positions
+            self.keys, self.values, self.positions, self._next = k, v, positions, new_next
             return k, v, positions
         if k.shape[:2] != self.keys.shape[:2] or k.shape[-1] != self.keys.shape[-1]:
             raise ValueError(
@@ -205,28 +325,61 @@ class KVCache:
         self.keys = torch.cat((self.keys, k), dim=-2)
         self.values = torch.cat((self.values, v), dim=-2)
         self.positions = torch.cat((old, new), dim=-1)
+        self._next = torch.maximum(self._next, new_next)  # [] and [B] broadcast to [B]
         return self.keys, self.values, self.positions
+
+    def store_context(
+        self, k: Tensor, v: Tensor, positions: Tensor, context: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Keep a context's keys, values and positions for cross-attention; return them.
+
+        Raises:
+            ValueError: the cache is not empty.
+        """
+        if len(self):
+            raise ValueError("store_context needs an empty KVCache")
+        self.keys, self.values, self.positions, self.context = k, v, positions, context
+        return k, v, positions
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head self-attention (Vaswani et al. 2017, §3.2) with a pluggable position scheme.
+    """Multi-head attention (Vaswani et al. 2017, §3.2) with a pluggable position scheme.
 
     ``out = Concat(head_1..head_H) W_O`` with
-    ``head_h = softmax(q_h k_hᵀ / sqrt(Dh) + bias_h) v_h``, computed by
-    :func:`torch.nn.functional.scaled_dot_product_attention`.
+    ``head_h = softmax(q_h k_gᵀ / sqrt(Dh) + bias_h) v_g``, computed by
+    :func:`torch.nn.functional.scaled_dot_product_attention`, where ``g = h // (H / Hkv)``
+    is the key/value head that query head ``h`` reads. ``Hkv = H`` is multi-head
+    attention, ``1 < Hkv < H`` grouped-query attention (Ainslie et al. 2023), ``Hkv = 1``
+    multi-query attention (Shazeer 2019). The grouping is Hugging Face's (``repeat_kv``)
+    and SDPA's (``enable_gqa``), so the K/V weights of such checkpoints load as they are.
+
+    Self-attention, or with a ``context`` in :meth:`forward`, cross-attention: queries
+    from ``x``, keys and values from the context.
 
     Args:
         embed_dim: model width ``D``; must be divisible by ``num_heads``.
-        num_heads: number of heads ``H`` (positive).
+        num_heads: number of query heads ``H`` (positive).
+        num_kv_heads: number of key/value heads ``Hkv``; must divide ``num_heads``.
+            Default ``num_heads``.
+        context_dim: width of the context that cross-attention projects keys and values
+            from; default ``embed_dim``. With another width the layer does
+            cross-attention only.
         position: a :class:`PositionScheme`, or ``None`` for no positions inside
             attention (the right choice when positions were added to the embeddings).
         bias: whether the four projections have a bias.
         dropout: dropout on the attention probabilities, active in training mode only.
 
+    The projections: ``q_proj`` (``D -> H·Dh``), ``k_proj`` and ``v_proj``
+    (``context_dim -> Hkv·Dh``), ``out_proj`` (``H·Dh -> D``), with ``Dh = D / H``.
+
     Raises:
-        ValueError: ``num_heads`` or ``embed_dim`` is not positive, ``embed_dim`` is not
-            divisible by ``num_heads``, or ``dropout`` is outside ``[0, 1)``.
-        TypeError: ``position`` is not a :class:`PositionScheme`.
+        TypeError: ``embed_dim``, ``num_heads``, ``num_kv_heads`` or ``context_dim`` is
+            not an int, ``dropout`` not a number, or ``position`` is not a
+            :class:`PositionScheme`.
+        ValueError: one of them is not positive, ``embed_dim`` is not divisible by
+            ``num_heads`` or ``num_heads`` by ``num_kv_heads``, ``dropout`` is outside
+            ``[0, 1)``, or ``position`` was built for another ``num_heads`` or
+            ``head_dim`` (a ``num_heads`` or ``head_dim`` attribute that differs).
     """
 
     def __init__(
@@ -234,73 +387,95 @@ class MultiHeadAttention(nn.Module):
         embed_dim: int,
         num_heads: int,
         *,
+        num_kv_heads: int | None = None,
+        context_dim: int | None = None,
         position: PositionScheme | None = None,
         bias: bool = True,
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        if num_heads <= 0:
-            raise ValueError(f"num_heads must be positive, got {num_heads}")
-        if embed_dim <= 0:
-            raise ValueError(f"embed_dim must be positive, got {embed_dim}")
+        check_int("embed_dim", embed_dim)
+        check_int("num_heads", num_heads)
+        num_kv_heads = (
+            num_heads if num_kv_heads is None else check_int("num_kv_heads", num_kv_heads)
+        )
+        context_dim = embed_dim if context_dim is None else check_int("context_dim", context_dim)
         if embed_dim % num_heads != 0:
             raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}")
+        if num_heads % num_kv_heads != 0:
+            raise ValueError(
+                f"num_heads={num_heads} must be divisible by num_kv_heads={num_kv_heads}"
+            )
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
+            raise TypeError(f"dropout must be a number, got {type(dropout).__name__}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        if position is not None and not isinstance(position, PositionScheme):
-            raise TypeError(
-                f"position must be a PositionScheme or None, got {type(position).__name__}"
-            )
-        self.embed_dim = embed_dim
-        self.num_heads = num_heads
+        self.embed_dim, self.context_dim = embed_dim, context_dim
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
         self.head_dim = embed_dim // num_heads
         self.dropout = dropout
-        self.position = position if position is not None else PositionScheme()
+        self.position = self._check_scheme(position)
+        kv_width = num_kv_heads * self.head_dim
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(context_dim, kv_width, bias=bias)
+        self.v_proj = nn.Linear(context_dim, kv_width, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
     def forward(
         self,
         x: Tensor,
         *,
+        context: Tensor | None = None,
         positions: Tensor | None = None,
+        context_positions: Tensor | None = None,
         causal: bool = False,
         attn_mask: Tensor | None = None,
         cache: KVCache | None = None,
     ) -> Tensor:
-        """Attend over ``x`` (and, with a ``cache``, over the keys of earlier calls).
+        """Attend from ``x`` over ``x``, or over ``context`` (cross-attention).
 
-        Shapes, with ``Lk = L`` plus the cached length::
+        Shapes, with ``Lk`` the keys: ``L`` plus the cached length, or ``Lc``::
 
             x:         [B, L, D] (floating)
-            positions: [L] or [B, L] (integer); default 0 .. L-1, or with a cache
-                       cache.next_position .. cache.next_position + L - 1
-            attn_mask: broadcastable to [B, H, L, Lk]; bool (True = may attend) or float
+            context:   [B, Lc, context_dim], same dtype as x
+            positions: [L] or [B, L] (integer); default 0 .. L-1, or with a self-attention
+                       cache each row's next positions (KVCache.next_positions)
+            context_positions: [Lc] or [B, Lc] (integer); default 0 .. Lc-1
+            attn_mask: broadcastable to [B, H, L, Lk]; bool (True = may attend) or float;
+                       a key padding mask [B, Lk] is attn_mask[:, None, None, :]
             returns:   [B, L, D]
 
         With ``causal=True`` and a cache, the ``L`` queries are the last ``L`` of the
         ``Lk`` keys (:func:`causal_mask`), so feeding a sequence token by token gives
-        the same outputs as one causal pass over it.
+        the same outputs as one causal pass over it. Cross-attention is never causal,
+        and accepts only a scheme that does not relate query and key positions
+        (:attr:`PositionScheme.supports_cross_attention`); with a cache it projects the
+        context once and reuses its keys while the same context tensor is passed.
 
         Raises:
-            ValueError: ``x`` is not 3-D with last dimension ``embed_dim``, or
-                ``positions`` / ``attn_mask`` do not fit ``x``.
-            TypeError: ``x`` is not floating, ``positions`` is not integer, or
-                ``cache`` is not a :class:`KVCache`.
+            ValueError: ``x`` or ``context`` has the wrong shape, ``positions``,
+                ``context_positions`` or ``attn_mask`` do not fit, ``causal=True`` or a
+                position-relating scheme in cross-attention, a cache filled by the other
+                kind of attention or by another context, or a scheme whose bias does
+                not fit ``[B, H, L, Lk]``.
+            TypeError: ``x`` or ``context`` is not floating (or their dtypes differ),
+                positions are not integer tensors, or ``cache`` is not a
+                :class:`KVCache`.
         """
         q, k, v, mask, q_positions, k_positions = self._prepare(
-            x, positions, causal, attn_mask, cache
+            x, context, positions, context_positions, causal, attn_mask, cache
         )
         dropout = self.dropout if self.training else 0.0
         if self.position.has_output_term:
             weights = F.dropout(self._weights(q, k, mask), p=dropout, training=self.training)
-            out = weights @ v + self.position.output_term(weights, q_positions, k_positions)
+            out = _grouped_matmul(weights, v) + self.position.output_term(
+                weights, q_positions, k_positions
+            )
         else:
             scale = self.position.logit_scale(self.head_dim)
+            grouped = self.num_kv_heads != self.num_heads  # SDPA has enable_gqa since torch 2.5
             out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale
+                q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale, enable_gqa=grouped
             )
         return self.out_proj(self._merge_heads(out))
 
@@ -308,7 +483,9 @@ class MultiHeadAttention(nn.Module):
         self,
         x: Tensor,
         *,
+        context: Tensor | None = None,
         positions: Tensor | None = None,
+        context_positions: Tensor | None = None,
         causal: bool = False,
         attn_mask: Tensor | None = None,
     ) -> Tensor:
@@ -318,48 +495,86 @@ class MultiHeadAttention(nn.Module):
 
         Shapes::
 
-            x: [B, L, D]    returns: [B, H, L, L], each row sums to 1
+            x: [B, L, D]    context: [B, Lc, context_dim]
+            returns: [B, H, L, L] (or [B, H, L, Lc]), each row sums to 1
         """
-        q, k, _, mask, _, _ = self._prepare(x, positions, causal, attn_mask, None)
+        q, k, _, mask, _, _ = self._prepare(
+            x, context, positions, context_positions, causal, attn_mask, None
+        )
         return self._weights(q, k, mask)
 
     def _weights(self, q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
-        """softmax(q·kᵀ · scale + mask): the weights, computed explicitly."""
-        logits = (q @ k.transpose(-2, -1)) * self.position.logit_scale(self.head_dim)
-        if mask is not None:
-            logits = logits + mask
-        return logits.softmax(dim=-1)
+        """softmax(q·kᵀ · scale + mask): the weights, computed explicitly.
+
+        A query that may see no key (a left-padded query under a causal mask) gets
+        weights 0, as from ``scaled_dot_product_attention``, instead of the NaN of
+        ``softmax`` over ``-inf`` only, which the next layer would spread to every token.
+        """
+        # in place where autograd allows it: the logits are as large as the weights
+        logits = _grouped_matmul(q, k.transpose(-2, -1))
+        logits.mul_(self.position.logit_scale(self.head_dim))
+        if mask is None:
+            return logits.softmax(dim=-1)
+        logits.add_(mask)
+        sees_nothing = torch.isneginf(logits.amax(dim=-1, keepdim=True))
+        # finite logits in those rows first: a NaN softmax would give NaN gradients
+        weights = logits.masked_fill_(sees_nothing, 0.0).softmax(dim=-1)
+        del logits  # freed before the copy below
+        return weights.masked_fill(sees_nothing, 0.0)
 
     def _prepare(
         self,
         x: Tensor,
+        context: Tensor | None,
         positions: Tensor | None,
+        context_positions: Tensor | None,
         causal: bool,
         attn_mask: Tensor | None,
         cache: KVCache | None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor, Tensor]:
-        """Project to heads, apply the position scheme, extend the cache, build the mask.
+        """Project to heads, apply the position scheme, use the cache, build the mask.
 
         Returns ``q, k, v, mask, q_positions, k_positions`` (``k``, ``v`` and
         ``k_positions`` include the cached keys).
         """
-        self._check_input(x)
-        if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
-        batch, length, _ = x.shape
-        start = 0 if cache is None else cache.next_position
-        positions = self._check_positions(positions, batch, length, x.device, start)
-        k_len = length + (0 if cache is None else len(cache))
+        batch, length = self._check_call(x, context, causal, cache)
+        cross = context is not None
+        if positions is None and cache is not None and not cross:
+            positions = cache.next_positions(length, x.device)  # each row continues
+        positions = self._check_positions("positions", positions, batch, length, x.device)
+        reuse = cross and cache is not None and len(cache) > 0  # the context's cached keys
+        if cross:
+            k_len = len(cache) if reuse else context.shape[1]
+            k_positions = self._check_positions(
+                "context_positions", context_positions, batch, context.shape[1], x.device
+            )
+        else:
+            if context_positions is not None:
+                raise ValueError("context_positions needs a context (cross-attention)")
+            k_len = length + (0 if cache is None else len(cache))
+            k_positions = positions
         if attn_mask is not None:  # checked before the cache grows
-            _check_mask_shape(attn_mask, batch, self.num_heads, length, k_len)
+            _check_broadcast("attn_mask", attn_mask, (batch, self.num_heads, length, k_len))
         q = self._split_heads(self.q_proj(x))
-        k = self._split_heads(self.k_proj(x))
-        v = self._split_heads(self.v_proj(x))
-        q, k = self.position.transform_qk(q, k, positions, positions)
-        k_positions = positions
-        if cache is not None:
-            k, v, k_positions = cache.append(k, v, positions)
-        bias = self.position.score_bias(q, k, positions, k_positions)
+        if reuse:
+            k, v, k_positions = cache.keys, cache.values, cache.positions
+            q, _ = self.position.transform_qk(q, k, positions, k_positions)
+        else:
+            source = context if cross else x
+            k = self._split_heads(self.k_proj(source), self.num_kv_heads)
+            v = self._split_heads(self.v_proj(source), self.num_kv_heads)
+            q, k = self.position.transform_qk(q, k, positions, k_positions)
+            if cache is not None and cross:
+                k, v, k_positions = cache.store_context(k, v, k_positions, context)
+            elif cache is not None:
+                k, v, k_positions = cache.append(k, v, k_positions)
+        bias = self.position.score_bias(q, self._keys_for_bias(k), positions, k_positions)
+        if bias is not None:
+            _check_broadcast(
+                f"the bias of {type(self.position).__name__}",
+                bias,
+                (batch, self.num_heads, length, k_len),
+            )
         mask = additive_mask(
             attn_mask,
             causal=causal,
@@ -371,52 +586,144 @@ class MultiHeadAttention(nn.Module):
         )
         return q, k, v, mask, positions, k_positions
 
-    def _check_input(self, x: Tensor) -> None:
-        if not isinstance(x, Tensor):
-            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-        if not x.is_floating_point():
-            raise TypeError(f"x must be a floating tensor, got {x.dtype}")
-        if x.dim() != 3 or x.shape[-1] != self.embed_dim:
-            raise ValueError(
-                f"x must have shape [batch, seq, {self.embed_dim}], got {tuple(x.shape)}"
+    def _keys_for_bias(self, k: Tensor) -> Tensor:
+        """``k`` repeated to the query heads, for a scheme whose bias reads the keys."""
+        scheme = type(self.position)
+        reads_keys = (
+            scheme.score_bias is not PositionScheme.score_bias and scheme.score_bias_reads_keys
+        )
+        if not reads_keys or self.num_kv_heads == self.num_heads:
+            return k
+        return k.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
+
+    def _check_scheme(self, position: object) -> PositionScheme:
+        """``position`` (a fresh base scheme for ``None``), checked against the layer's sizes."""
+        if position is None:
+            return PositionScheme()
+        if not isinstance(position, PositionScheme):
+            raise TypeError(
+                f"position must be a PositionScheme or None, got {type(position).__name__}"
             )
-        if x.shape[1] == 0:
-            raise ValueError("x must contain at least one position (seq > 0)")
+        for name, value in (("num_heads", self.num_heads), ("head_dim", self.head_dim)):
+            built_for = getattr(position, name, None)
+            if isinstance(built_for, int) and built_for != value:
+                raise ValueError(
+                    f"the position scheme {type(position).__name__} was built for "
+                    f"{name}={built_for}, the attention layer has {name}={value}"
+                )
+        return position
+
+    def _check_call(
+        self, x: Tensor, context: Tensor | None, causal: bool, cache: KVCache | None
+    ) -> tuple[int, int]:
+        """Check the inputs of one call against each other; return ``(batch, length)``."""
+        self._check_tensor("x", x, self.embed_dim)
+        self._check_scheme(self.position)  # it may have been replaced since __init__
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
+        batch, length, _ = x.shape
+        if context is None:
+            if self.context_dim != self.embed_dim:
+                raise ValueError(
+                    f"this layer projects keys from context_dim={self.context_dim}: "
+                    f"pass a context (cross-attention)"
+                )
+            if cache is not None and cache.context is not None:
+                raise ValueError(
+                    "this KVCache holds the keys of a context (cross-attention): pass that "
+                    "context, or give self-attention a KVCache of its own"
+                )
+            if cache is not None and cache.keys is not None and cache.keys.shape[0] != batch:
+                raise ValueError(f"x has batch {batch}, the cache holds {cache.keys.shape[0]}")
+            return batch, length
+        self._check_tensor("context", context, self.context_dim)
+        if context.shape[0] != batch:
+            raise ValueError(f"context has batch {context.shape[0]}, x has batch {batch}")
+        if context.dtype != x.dtype:
+            raise TypeError(f"context has dtype {context.dtype}, x has {x.dtype}")
+        if causal:
+            raise ValueError(
+                "causal=True is for self-attention: in cross-attention every query may see "
+                "the whole context (mask its padding with attn_mask)"
+            )
+        if not self.position.supports_cross_attention:
+            raise ValueError(
+                f"{type(self.position).__name__} relates query and key positions, but in "
+                f"cross-attention they index two different sequences: use position=None or "
+                f"ContentOnly (T5, BART and Whisper use no positions there), or set "
+                f"supports_cross_attention = True on a scheme whose sequences share "
+                f"one coordinate system"
+            )
+        if cache is not None and len(cache) and cache.context is not context:
+            if cache.context is None:
+                raise ValueError(
+                    "this KVCache holds self-attention keys: give cross-attention a "
+                    "KVCache of its own"
+                )
+            raise ValueError(
+                "this KVCache holds the keys of another context: use a fresh KVCache "
+                "for a new context"
+            )
+        return batch, length
+
+    @staticmethod
+    def _check_tensor(name: str, t: object, width: int) -> None:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor, got {t.dtype}")
+        if t.dim() != 3 or t.shape[-1] != width:
+            raise ValueError(f"{name} must have shape [batch, seq, {width}], got {tuple(t.shape)}")
+        if t.shape[1] == 0:
+            raise ValueError(f"{name} must contain at least one position (seq > 0)")
 
     @staticmethod
     def _check_positions(
-        positions: Tensor | None, batch: int, length: int, device: torch.device, start: int = 0
+        name: str, positions: object, batch: int, length: int, device: torch.device
     ) -> Tensor:
         if positions is None:
-            return torch.arange(start, start + length, device=device)
-        if positions.is_floating_point() or positions.dtype == torch.bool:
-            raise TypeError(f"positions must be an integer tensor, got {positions.dtype}")
+            return torch.arange(length, device=device)
+        check_integer_tensor(name, positions)
         if positions.shape not in ((length,), (batch, length)):
             raise ValueError(
-                f"positions must have shape [{length}] or [{batch}, {length}], "
+                f"{name} must have shape [{length}] or [{batch}, {length}], "
                 f"got {tuple(positions.shape)}"
             )
         return positions.to(device)
 
-    def _split_heads(self, t: Tensor) -> Tensor:
+    def _split_heads(self, t: Tensor, heads: int | None = None) -> Tensor:
+        """``[B, L, heads * Dh] -> [B, heads, L, Dh]`` (``heads`` defaults to ``num_heads``)."""
         batch, length, _ = t.shape
-        return t.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
+        heads = self.num_heads if heads is None else heads
+        return t.view(batch, length, heads, self.head_dim).transpose(1, 2)
 
     def _merge_heads(self, t: Tensor) -> Tensor:
         batch, _, length, _ = t.shape
         return t.transpose(1, 2).reshape(batch, length, self.embed_dim)
 
 
-def _check_mask_shape(mask: Tensor, batch: int, heads: int, q_len: int, k_len: int) -> None:
-    """Raise ValueError unless ``mask`` broadcasts to ``[batch, heads, q_len, k_len]``."""
-    target = (batch, heads, q_len, k_len)
+def _grouped_matmul(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` per head, where ``b``'s head ``g`` serves a group of ``H / Hkv`` of ``a``'s.
+
+    A view, not a copy, of ``b`` repeated to ``H`` heads (``repeat_kv`` without the
+    copy). Shapes::
+
+        a: [B, H, M, K]    b: [B, Hkv, K, N]    returns: [B, H, M, N]
+    """
+    kv_heads = b.shape[1]
+    return (a.unflatten(1, (kv_heads, -1)) @ b.unsqueeze(2)).flatten(1, 2)
+
+
+def _check_broadcast(name: str, t: Tensor, target: tuple[int, int, int, int]) -> None:
+    """Raise ValueError unless ``t`` broadcasts to ``target`` = ``(B, H, Lq, Lk)``."""
     try:
-        shape = torch.broadcast_shapes(mask.shape, target)
+        shape = torch.broadcast_shapes(t.shape, target)
     except RuntimeError:
         shape = None
     if shape != target:
         raise ValueError(
-            f"attn_mask of shape {tuple(mask.shape)} does not broadcast to {list(target)}"
+            f"{name} of shape {tuple(t.shape)} does not broadcast to [batch, num_heads, "
+            f"q_len, k_len] = {list(target)}"
         )
 
 

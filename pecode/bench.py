@@ -25,10 +25,11 @@ the yardsticks are two copies of the query and the key:
   (:func:`bench_rope_sweep`) run across that range.
 
 Run ``python -m pecode.bench`` for the RoPE table (``--help`` for sizes, rounds, dtype,
-threads and device). :func:`median_time`, :func:`bench_rope`, :func:`bench_shaw`,
-:func:`bench_bias_attention`, :func:`encoding_costs` and :func:`format_table` are the
-earlier one-method-at-a-time harness (medians, no interleaving, no spread); no chapter
-calls them any more, only ``--attention`` does.
+threads and device). :func:`bench_shaw`, :func:`bench_bias_attention` and
+:func:`encoding_costs` compare the other encodings of chapter 11 the same way
+(:class:`Comparison`), with the tensor memory of each method (:func:`peak_tensor_memory`).
+:func:`recorded_cases` loads the runs the book quotes but a reader's machine cannot
+repeat (a GPU's).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import importlib.resources
 import inspect
 import json
 import math
@@ -43,6 +45,7 @@ import random
 import statistics
 import time
 import timeit
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -50,7 +53,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils import benchmark
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from pecode._checks import check_int
 from pecode.absolute import LearnedPositionalEncoding, SinusoidalPositionalEncoding
@@ -62,7 +66,6 @@ from pecode.relative import (
     ShawRelativePosition,
     T5RelativePositionBias,
     TransformerXLRelativePosition,
-    peak_tensor_memory,
     shaw_key_logits,
     shaw_key_logits_naive,
     shaw_value_term,
@@ -79,24 +82,24 @@ from pecode.rope import (
 
 __all__ = [
     "Case",
-    "Measurement",
+    "Comparison",
     "RopeInputs",
     "RopeMethod",
     "RopeSetup",
     "Row",
     "Spread",
     "bench_bias_attention",
-    "bench_rope",
     "bench_rope_case",
     "bench_rope_decode",
     "bench_rope_sweep",
     "bench_shaw",
     "encoding_costs",
+    "encoding_layers",
     "format_cases",
-    "format_table",
     "main",
-    "median_time",
+    "peak_tensor_memory",
     "ratio_spread",
+    "recorded_cases",
     "rope_methods",
     "softmax_attention",
     "time_first_call",
@@ -932,6 +935,56 @@ class Case:
         }
         return clean(record)
 
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> Case:
+        """The case an :meth:`as_dict` record describes (None read back as NaN).
+
+        Raises:
+            ValueError: ``record`` lacks a field of :meth:`as_dict`.
+        """
+        try:
+            rows = record["rows"]
+            return cls(
+                label=record["label"],
+                shape=tuple(record["shape"]),
+                dtype=record["dtype"],
+                device=record["device"],
+                position=record["position"],
+                threads=record["threads"],
+                rounds=record["rounds"],
+                samples={row["method"]: tuple(row["seconds"]) for row in rows},
+                modes={row["method"]: row["mode"] for row in rows},
+                kinds={row["method"]: row["kind"] for row in rows},
+                max_errors={
+                    row["method"]: math.nan if row["max_error"] is None else row["max_error"]
+                    for row in rows
+                },
+                notes=tuple(record["notes"]),
+            )
+        except KeyError as err:
+            raise ValueError(f"record lacks the field {err.args[0]!r} of Case.as_dict") from err
+
+
+RECORDS = {
+    "h100": "cuda_h100_2026-11-23.json",
+}
+"""Runs the book quotes, by name: ``python -m pecode.bench --json`` output kept in
+``pecode/records``. ``"h100"``: one NVIDIA H100 80GB HBM3, torch 2.11 (CUDA 13.0),
+Triton 3.6, 2026-11-23, ``--device cuda --dtype float32 bfloat16 --lengths 2048 32768
+--rounds 5``."""
+
+
+def recorded_cases(name: str) -> list[Case]:
+    """The cases of a recorded run (:data:`RECORDS`), as :func:`bench_rope_sweep` returned them.
+
+    Raises:
+        ValueError: no record of that name.
+    """
+    if name not in RECORDS:
+        raise ValueError(f"no recorded run {name!r}; have {sorted(RECORDS)}")
+    text = importlib.resources.files("pecode").joinpath("records", RECORDS[name]).read_text()
+    return [Case.from_dict(record) for record in json.loads(text)]
+
 
 def _bytes_short(n: int) -> str:
     """``n`` bytes in KiB below 1 MiB, else in MiB."""
@@ -1121,204 +1174,131 @@ def format_cases(cases: Sequence[Case]) -> str:
 
 
 # --------------------------------------------------------------------------------------
-# The earlier harness, one method at a time: kept for the cells of chapter 11 that call it
+# Side-by-side comparisons of chapter 11: Shaw's two forms, the bias attentions, and one
+# attention layer per encoding, each timed in interleaved rounds with its memory
 # --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Measurement:
-    """One row of the benchmark table.
+class Comparison:
+    """Methods timed together in interleaved rounds, with the tensor memory each creates.
 
     Attributes:
-        method: what was timed.
-        size: the problem size, in words.
-        median_s: median seconds per call.
-        baseline: what ``ratio`` divides by (``"clone"``, ``"direct"``, ...), or ``""``.
-        ratio: ``median_s`` over the baseline's median, measured in the same run.
-        textbook_ratio: ``median_s`` over the textbook formula's, or NaN.
-        peak_bytes: peak bytes of the tensors the call creates, or -1 if not measured.
-        max_error: largest absolute difference from the reference, or NaN.
+        label: the problem size, in words.
+        baseline: the method that :meth:`ratio` divides by.
+        samples: method -> seconds per call, one per round.
+        peaks: method -> peak bytes of the tensors one call creates
+            (:func:`peak_tensor_memory`).
+        max_error: the largest absolute difference between the methods' results.
     """
 
-    method: str
-    size: str
-    median_s: float
-    baseline: str = ""
-    ratio: float = math.nan
-    textbook_ratio: float = math.nan
-    peak_bytes: int = -1
-    max_error: float = math.nan
+    label: str
+    baseline: str
+    samples: Mapping[str, tuple[float, ...]]
+    peaks: Mapping[str, int]
+    max_error: float
+
+    def time(self, method: str) -> Spread:
+        """Seconds per call of ``method`` over the rounds."""
+        return Spread.of(self.samples[method])
+
+    def ratio(self, method: str, yardstick: str | None = None) -> Spread:
+        """Per-round ratio of ``method``'s time to ``yardstick``'s (the baseline's by default)."""
+        return ratio_spread(self.samples, method, yardstick or self.baseline)
+
+    def lines(self, prefix: str = "") -> list[str]:
+        """One line per method: median time, ratio to the baseline, new tensors."""
+        return [
+            f"{prefix}{name:14s} {self.time(name).median * 1e3:8.2f} ms "
+            f"{self.ratio(name)!s:18s} {self.peaks[name] / 2**20:7.1f} MiB"
+            for name in self.samples
+        ]
 
 
-def median_time(fn: Callable[[], Any], *, min_run_time: float = 0.2, num_threads: int = 1) -> float:
-    """Median seconds per call of ``fn`` after one warm-up call.
-
-    ``torch.utils.benchmark`` runs ``fn`` in blocks until ``min_run_time`` seconds have
-    passed and synchronizes CUDA around each block. ``num_threads`` defaults to 1, as
-    in ``Timer``: on a shared CPU a multi-threaded operator waits for its slowest
-    thread, and the spread grows with the number of operators it launches.
-
-    Raises:
-        TypeError: ``fn`` is not callable.
-        ValueError: ``min_run_time`` or ``num_threads`` is not positive.
-    """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    if not min_run_time > 0:
-        raise ValueError(f"min_run_time must be positive, got {min_run_time}")
-    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
-        raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
-    fn()  # warm-up: first-call allocations, lazy tables, compilation
-    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=num_threads)
-    return timer.blocked_autorange(min_run_time=min_run_time).median
-
-
-def _time_and_memory(
-    candidates: dict[str, Callable[[], Any]], min_run_time: float, num_threads: int
-) -> tuple[dict[str, float], dict[str, int]]:
-    """Median time and peak tensor memory of each candidate, all in one run."""
-    times = {
-        name: median_time(fn, min_run_time=min_run_time, num_threads=num_threads)
-        for name, fn in candidates.items()
-    }
-    return times, {name: peak_tensor_memory(fn) for name, fn in candidates.items()}
-
-
-def _randn(*shape: int, device: torch.device, dtype: torch.dtype = torch.float32) -> Tensor:
-    return torch.randn(*shape).to(device=device, dtype=dtype)  # made on the CPU
-
-
-def bench_rope(
-    shape: Sequence[int] = (1, 32, 2048, 128),
+def _compare(
+    label: str,
+    methods: Mapping[str, Callable[[], Any]],
+    baseline: str,
     *,
-    layouts: Sequence[str] = ("half", "interleaved"),
-    dtype: torch.dtype = torch.float32,
-    device: torch.device | str = "cpu",
-    min_run_time: float = 0.2,
-    num_threads: int = 1,
-) -> list[Measurement]:
-    """Time :func:`~pecode.rope.apply_rope` on a query and a key against a copy and the textbook.
-
-    The earlier harness, kept for chapter 11's cells until they move to
-    :func:`bench_rope_case`: one method after the other (not interleaved), each by the
-    median of :func:`median_time`, ratios of medians, no spread, no gradient.
-
-    The candidates do the same work, on ``q`` and ``k`` of ``shape``
-    ``[B, H, L, Dh]``, all in one run: ``clone`` (copy both tensors into new ones; it
-    also pays for fresh pages on large CPU tensors, see the module's docstring, so it
-    is not the bandwidth bound), ``copy_`` (the same copy into tensors allocated
-    beforehand: no allocation, no first touch of fresh pages: the bandwidth bound),
-    ``apply_rope`` in each of ``layouts``, and the textbook
-    ``x * cos + rotate_half(x) * sin`` with full-width tables
-    (:func:`~pecode.rope.apply_rope_rotate_half`, the same arithmetic). ``max_error``
-    compares ``apply_rope`` with the differentiable path of the same function (the
-    version chapters 8 and 9 test against float64), on the same input.
-
-    Raises:
-        ValueError: ``shape`` is not 4-D with an even last dimension.
-    """
-    if len(shape) != 4 or shape[-1] % 2:
-        raise ValueError(f"shape must be [B, H, L, Dh] with Dh even, got {tuple(shape)}")
-    device = torch.device(device)
-    length, head_dim = shape[-2], shape[-1]
-    q, k = _randn(*shape, device=device, dtype=dtype), _randn(*shape, device=device, dtype=dtype)
-    cos, sin = rope_cos_sin(torch.arange(length, device=device), rope_inv_freq(head_dim))
-    cos_full, sin_full = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
-    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
-    candidates: dict[str, Callable[[], Any]] = {
-        "rope: clone": lambda: (q.clone(), k.clone()),
-        "rope: copy_": lambda: (q_out.copy_(q), k_out.copy_(k)),
-    }
-    for layout in layouts:
-        candidates[f"rope {layout}: apply_rope"] = lambda layout=layout: (
-            apply_rope(q, cos, sin, layout),
-            apply_rope(k, cos, sin, layout),
-        )
-    candidates["rope: textbook"] = lambda: (
-        apply_rope_rotate_half(q, cos_full, sin_full).to(dtype),
-        apply_rope_rotate_half(k, cos_full, sin_full).to(dtype),
-    )
+    device: torch.device,
+    rounds: int,
+    target_s: float,
+    num_threads: int | None,
+) -> Comparison:
+    """Time ``methods`` in interleaved rounds, measure their memory, compare their results."""
     with torch.no_grad():
-        times, peaks = _time_and_memory(candidates, min_run_time, num_threads)
-    errors = {}
-    for layout in layouts:
-        with torch.no_grad():
-            fast = apply_rope(q, cos, sin, layout)
-        with torch.enable_grad():  # the autograd path, on the same input
-            reference = apply_rope(q.clone().requires_grad_(), cos, sin, layout).detach()
-        errors[f"rope {layout}: apply_rope"] = float((fast.float() - reference.float()).abs().max())
-    size = f"{list(shape)} q,k {str(dtype).removeprefix('torch.')}"
-    return [
-        Measurement(
-            name,
-            size,
-            times[name],
-            "clone",
-            times[name] / times["rope: clone"],
-            times[name] / times["rope: textbook"],
-            peaks[name],
-            errors.get(name, math.nan),
+        samples = time_interleaved(
+            methods, rounds=rounds, target_s=target_s, device=device, num_threads=num_threads
         )
-        for name in candidates
-    ]
+        peaks = {name: peak_tensor_memory(fn) for name, fn in methods.items()}
+        results = [tree_flatten(fn())[0] for fn in methods.values()]
+    error = max(
+        (
+            float((a - b).abs().max())
+            for other in results[1:]
+            for a, b in zip(results[0], other, strict=True)
+        ),
+        default=0.0,
+    )
+    return Comparison(label, baseline, {k: tuple(v) for k, v in samples.items()}, peaks, error)
+
+
+def _randn(*shape: int, device: torch.device) -> Tensor:
+    return torch.randn(*shape).to(device)  # drawn on the CPU: the same numbers everywhere
 
 
 def bench_shaw(
-    length: int = 2048,
+    length: int = 1024,
     *,
     heads: int = 8,
     head_dim: int = 64,
     max_distance: int = 16,
     device: torch.device | str = "cpu",
-    min_run_time: float = 0.2,
-    num_threads: int = 1,
-) -> list[Measurement]:
+    rounds: int = 5,
+    target_s: float = 0.02,
+    num_threads: int | None = 1,
+) -> Comparison:
     """Shaw et al.'s key and value terms: the direct ``[L, L, Dh]`` form against the gather form.
 
-    Times :func:`~pecode.relative.shaw_key_logits` plus
-    :func:`~pecode.relative.shaw_value_term` (memory-efficient) against their
-    ``_naive`` versions, batch 1, and measures each one's peak tensor memory.
-    ``ratio`` is the time over the direct form's.
+    ``"direct"`` is :func:`~pecode.relative.shaw_key_logits_naive` plus
+    :func:`~pecode.relative.shaw_value_term_naive`, ``"gather"`` their memory-efficient
+    forms (:func:`~pecode.relative.shaw_key_logits`, :func:`~pecode.relative.shaw_value_term`),
+    batch 1; the baseline is ``"direct"``.
 
     Raises:
-        ValueError: a size is not positive.
+        ValueError: a size is not a positive int (``max_distance`` may be 0), or
+            ``device`` is invalid.
     """
-    if min(length, heads, head_dim) < 1 or max_distance < 0:
-        raise ValueError("length, heads and head_dim must be positive, max_distance >= 0")
-    device = torch.device(device)
+    for name, value in (("length", length), ("heads", heads), ("head_dim", head_dim)):
+        check_int(name, value)
+    check_int("max_distance", max_distance, minimum=0)
+    device = _check_device(device)
     q = _randn(1, heads, length, head_dim, device=device)
     weights = torch.softmax(_randn(1, heads, length, length, device=device), dim=-1)
     rows_k = _randn(2 * max_distance + 1, head_dim, device=device)
     rows_v = _randn(2 * max_distance + 1, head_dim, device=device)
     pos = torch.arange(length, device=device)
 
-    def run(key_fn: Callable, value_fn: Callable) -> Callable[[], Any]:
+    def run(key_fn: Callable[..., Tensor], value_fn: Callable[..., Tensor]) -> Callable[[], Any]:
         return lambda: (
             key_fn(q, rows_k, pos, pos, max_distance),
             value_fn(weights, rows_v, pos, pos, max_distance),
         )
 
-    candidates = {
+    methods = {
         "direct": run(shaw_key_logits_naive, shaw_value_term_naive),
         "gather": run(shaw_key_logits, shaw_value_term),
     }
-    with torch.no_grad():
-        times, peaks = _time_and_memory(candidates, min_run_time, num_threads)
-        outs = [fn() for fn in candidates.values()]
-    error = max(float((a - b).abs().max()) for a, b in zip(*outs, strict=True))
-    size = f"L={length} H={heads} Dh={head_dim} k={max_distance}"
-    return [
-        Measurement(
-            f"shaw key+value: {name}",
-            size,
-            times[name],
-            "direct",
-            times[name] / times["direct"],
-            peak_bytes=peaks[name],
-            max_error=error if name == "gather" else math.nan,
-        )
-        for name in candidates
-    ]
+    label = f"L={length} H={heads} Dh={head_dim} k={max_distance}"
+    return _compare(
+        label,
+        methods,
+        "direct",
+        device=device,
+        rounds=rounds,
+        target_s=target_s,
+        num_threads=num_threads,
+    )
 
 
 def softmax_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float) -> Tensor:
@@ -1347,68 +1327,61 @@ def bench_bias_attention(
     heads: int = 8,
     head_dim: int = 64,
     device: torch.device | str = "cpu",
-    min_run_time: float = 0.2,
-    num_threads: int = 1,
-) -> list[Measurement]:
-    """ALiBi and T5 biases: ``scaled_dot_product_attention`` with a float mask vs by hand.
+    rounds: int = 5,
+    target_s: float = 0.02,
+    num_threads: int | None = 1,
+) -> dict[str, Comparison]:
+    """ALiBi and T5 biases: PyTorch's fused attention with the bias as a float mask, against
+    :func:`softmax_attention` written by hand.
 
-    The bias is built once (ALiBi: :func:`~pecode.alibi.alibi_bias`, causal; T5: a
-    :class:`~pecode.relative.T5RelativePositionBias` table lookup, logit scale 1) and
-    both versions receive the same tensor; ``ratio`` is the time over the
-    hand-written :func:`softmax_attention`'s.
+    One :class:`Comparison` per bias (``"alibi"``: :func:`~pecode.alibi.alibi_bias` with
+    scale ``Dh^-1/2``; ``"t5"``: :class:`~pecode.relative.T5RelativePositionBias`'s bias,
+    scale 1 as in T5), methods ``"by hand"`` (the baseline) and ``"sdpa"``.
 
     Raises:
-        ValueError: a size is not positive.
+        ValueError: a size is not a positive int, or ``device`` is invalid.
     """
-    if min(length, heads, head_dim) < 1:
-        raise ValueError("length, heads and head_dim must be positive")
-    device = torch.device(device)
+    for name, value in (("length", length), ("heads", heads), ("head_dim", head_dim)):
+        check_int(name, value)
+    device = _check_device(device)
     q, k, v = (_randn(1, heads, length, head_dim, device=device) for _ in range(3))
-    pos = torch.arange(length)
+    positions = torch.arange(length, device=device)
     t5 = T5RelativePositionBias(heads).to(device)
-    biases = {
-        "alibi": (alibi_bias(heads, length, device=device).unsqueeze(0), head_dim**-0.5),
-        "t5": (t5.position_bias(pos, pos).unsqueeze(0).detach(), 1.0),
-    }
-    rows = []
-    for name, (bias, scale) in biases.items():
-        candidates = {
-            "by hand": lambda b=bias, s=scale: softmax_attention(q, k, v, b, s),
-            "sdpa": lambda b=bias, s=scale: F.scaled_dot_product_attention(
-                q, k, v, attn_mask=b, scale=s
-            ),
+    with torch.no_grad():
+        biases = {
+            "alibi": (alibi_bias(heads, length, device=device).unsqueeze(0), head_dim**-0.5),
+            "t5": (t5.position_bias(positions, positions).unsqueeze(0), 1.0),
         }
-        with torch.no_grad():
-            times, peaks = _time_and_memory(candidates, min_run_time, num_threads)
-            outs = [fn() for fn in candidates.values()]
-        error = float((outs[0] - outs[1]).abs().max())
-        for n in candidates:
-            rows.append(
-                Measurement(
-                    f"{name} attention: {n}",
-                    f"L={length} H={heads} Dh={head_dim}",
-                    times[n],
-                    "by hand",
-                    times[n] / times["by hand"],
-                    peak_bytes=peaks[n],
-                    max_error=error if n == "sdpa" else math.nan,
-                )
-            )
-    return rows
+    label = f"L={length} H={heads} Dh={head_dim}"
+    return {
+        name: _compare(
+            label,
+            {
+                "by hand": lambda bias=bias, scale=scale: softmax_attention(q, k, v, bias, scale),
+                "sdpa": lambda bias=bias, scale=scale: F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=bias, scale=scale
+                ),
+            },
+            "by hand",
+            device=device,
+            rounds=rounds,
+            target_s=target_s,
+            num_threads=num_threads,
+        )
+        for name, (bias, scale) in biases.items()
+    }
 
 
-class _AddThenAttend(nn.Module):
-    """An absolute encoding added to the input, then attention without positions."""
+def encoding_layers(
+    length: int, *, dim: int = 128, heads: int = 4, max_distance: int = 16
+) -> dict[str, nn.Module]:
+    """One attention layer per encoding, every one of width ``dim`` with ``heads`` heads.
 
-    def __init__(self, encoding: nn.Module, attention: MultiHeadAttention) -> None:
-        super().__init__()
-        self.encoding, self.attention = encoding, attention
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.attention(self.encoding(x))
-
-
-def _encoding_layers(length: int, dim: int, heads: int, max_distance: int) -> dict[str, nn.Module]:
+    ``"none"`` is :class:`~pecode.attention.MultiHeadAttention` without positions; the
+    absolute encodings (sinusoidal, learned with ``length`` rows) are added to its
+    input; the others are its ``position`` scheme, with ``max_distance`` for Shaw and
+    DeBERTa.
+    """
     head_dim = dim // heads
 
     def attend(position: Any = None) -> MultiHeadAttention:
@@ -1416,8 +1389,8 @@ def _encoding_layers(length: int, dim: int, heads: int, max_distance: int) -> di
 
     return {
         "none": attend(),
-        "sinusoidal": _AddThenAttend(SinusoidalPositionalEncoding(dim, max_len=length), attend()),
-        "learned": _AddThenAttend(LearnedPositionalEncoding(length, dim), attend()),
+        "sinusoidal": nn.Sequential(SinusoidalPositionalEncoding(dim, max_len=length), attend()),
+        "learned": nn.Sequential(LearnedPositionalEncoding(length, dim), attend()),
         "shaw": attend(ShawRelativePosition(head_dim, max_distance)),
         "transformer-xl": attend(TransformerXLRelativePosition(dim, heads, head_dim)),
         "t5": attend(T5RelativePositionBias(heads)),
@@ -1428,80 +1401,131 @@ def _encoding_layers(length: int, dim: int, heads: int, max_distance: int) -> di
 
 
 def encoding_costs(
-    lengths: Sequence[int] = (256, 1024),
+    lengths: Sequence[int] = (128, 512),
     *,
-    dim: int = 256,
+    dim: int = 128,
     heads: int = 4,
     max_distance: int = 16,
     device: torch.device | str = "cpu",
-    min_run_time: float = 0.1,
-    num_threads: int = 1,
+    rounds: int = 5,
+    target_s: float = 0.02,
+    num_threads: int | None = 1,
 ) -> list[dict[str, Any]]:
-    """Parameters, extra memory and time per forward of one attention layer, per encoding.
+    """Parameters, extra memory and time of one attention layer's forward, per encoding.
 
-    Each encoding runs in a :class:`~pecode.attention.MultiHeadAttention` of width
-    ``dim`` (absolute encodings are added to its input), batch 1, no mask, no
-    gradient. Parameters count only the encoding's own (a learned table of ``length``
-    rows for ``"learned"``); ``extra_bytes`` is the peak tensor memory of the forward
-    minus that of the layer without positions; ``time_ratio`` its median time over
-    that layer's, measured in the same run.
+    For each length, the layers of :func:`encoding_layers` run on ``[1, length, dim]``
+    without gradient, timed together in interleaved rounds. One dict per encoding and
+    length: ``encoding``, ``length``, ``parameters`` (the encoding's own: the layer's
+    minus the layer without positions), ``extra_bytes`` (peak tensor memory of the
+    forward minus that of the layer without positions) and ``time_ratio`` (a
+    :class:`Spread` of the per-round ratio to that layer's time).
 
-    One dict is returned per encoding and length, with the keys ``encoding``,
-    ``length``, ``parameters``, ``extra_bytes``, ``median_s`` and ``time_ratio``.
+    Raises:
+        ValueError: a size is not a positive int, or ``device`` is invalid.
     """
-    device = torch.device(device)
+    device = _check_device(device)
     rows = []
     for length in lengths:
-        layers = _encoding_layers(length, dim, heads, max_distance)
+        check_int("length", length)
+        layers = {
+            name: layer.to(device).eval()
+            for name, layer in encoding_layers(
+                length, dim=dim, heads=heads, max_distance=max_distance
+            ).items()
+        }
         x = _randn(1, length, dim, device=device)
-        base_params = sum(p.numel() for p in layers["none"].parameters())
-        results = {}
-        with torch.no_grad():
-            for name, layer in layers.items():
-                layer.to(device).eval()
-                fn = lambda layer=layer, x=x: layer(x)  # noqa: E731
-                results[name] = (
-                    median_time(fn, min_run_time=min_run_time, num_threads=num_threads),
-                    peak_tensor_memory(fn),
-                    sum(p.numel() for p in layer.parameters()) - base_params,
-                )
-        base_time, base_peak, _ = results["none"]
-        for name, (seconds, peak, params) in results.items():
-            rows.append(
-                {
-                    "encoding": name,
-                    "length": length,
-                    "parameters": params,
-                    "extra_bytes": peak - base_peak,
-                    "median_s": seconds,
-                    "time_ratio": seconds / base_time,
-                }
-            )
+        compared = _compare(
+            f"L={length} width={dim} H={heads}",
+            {name: (lambda layer=layer, x=x: layer(x)) for name, layer in layers.items()},
+            "none",
+            device=device,
+            rounds=rounds,
+            target_s=target_s,
+            num_threads=num_threads,
+        )
+        base = sum(p.numel() for p in layers["none"].parameters())
+        rows += [
+            {
+                "encoding": name,
+                "length": length,
+                "parameters": sum(p.numel() for p in layer.parameters()) - base,
+                "extra_bytes": compared.peaks[name] - compared.peaks["none"],
+                "time_ratio": compared.ratio(name),
+            }
+            for name, layer in layers.items()
+        ]
     return rows
 
 
-def _bytes(n: int) -> str:
-    if n < 0:
-        return "-"
-    return f"{n / 2**20:9.1f} MiB"
+# --------------------------------------------------------------------------------------
+# Memory: the peak bytes of the tensors a call creates, on every device
+# --------------------------------------------------------------------------------------
 
 
-def format_table(rows: Sequence[Measurement]) -> str:
-    """The measurements as a fixed-width text table (times in ms, ratios to two decimals)."""
-    header = (
-        f"{'method':32s} {'size':34s} {'median':>9s} {'ratio':>16s} "
-        f"{'/ textbook':>10s} {'peak memory':>13s} {'max |err|':>9s}"
-    )
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        ratio = f"{r.ratio:6.2f} x {r.baseline}" if r.baseline else ""
-        textbook = "" if math.isnan(r.textbook_ratio) else f"{r.textbook_ratio:.2f}"
-        error = "" if math.isnan(r.max_error) else f"{r.max_error:.1e}"
-        lines.append(
-            f"{r.method:32s} {r.size:34s} {r.median_s * 1e3:7.2f}ms {ratio:>16s} "
-            f"{textbook:>10s} {_bytes(r.peak_bytes):>13s} {error:>9s}"
-        )
-    return "\n".join(lines)
+class _AllocationTracker(TorchDispatchMode):
+    """Counts the bytes of every tensor storage that an operator creates while active.
+
+    Each new storage adds its size when an operator returns it and subtracts it when the
+    last tensor that uses it is garbage-collected, so ``peak`` is the largest number of
+    bytes held at once by tensors created inside the block.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self._storages: dict[int, list[int]] = {}  # data_ptr -> [bytes, tensors using it]
+
+    def _release(self, key: int) -> None:
+        entry = self._storages[key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            self.live -= entry[0]
+            del self._storages[key]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {
+            t.untyped_storage().data_ptr()
+            for t in tree_flatten((args, kwargs))[0]
+            if isinstance(t, Tensor)
+        }
+        for tensor in tree_flatten(out)[0]:
+            if not isinstance(tensor, Tensor):
+                continue
+            storage = tensor.untyped_storage()
+            key, size = storage.data_ptr(), storage.nbytes()
+            if size == 0 or (key in inputs and key not in self._storages):
+                continue  # a view of a tensor from before the block: nothing allocated
+            if key not in self._storages:
+                self._storages[key] = [size, 0]
+                self.live += size
+                self.peak = max(self.peak, self.live)
+            self._storages[key][1] += 1
+            weakref.finalize(tensor, self._release, key)
+        return out
+
+
+def peak_tensor_memory(fn: Callable[[], Any]) -> int:
+    """Peak bytes held by tensors that ``fn()`` creates, its result included.
+
+    Every ATen operator call is intercepted (a ``TorchDispatchMode``); a new storage
+    counts from the call that returns it until its last tensor is freed. Tensors that
+    existed before the call (inputs, parameters) are not counted, nor is scratch memory
+    a kernel allocates and frees internally. Works on every device (CPU included, where
+    PyTorch has no ``max_memory_allocated``); the result is exact and deterministic
+    for a given sequence of operators.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    tracker = _AllocationTracker()
+    with tracker:
+        result = fn()
+    del result
+    return tracker.peak
 
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -1513,7 +1537,7 @@ def main(argv: Sequence[str] | None = None) -> list[Case]:
     Prints :func:`format_cases` of :func:`bench_rope_sweep` and :func:`bench_rope_decode`
     for each ``--dtype`` (``--help`` lists the options), and returns the cases; with
     ``--json PATH`` also writes their :meth:`Case.as_dict` records. ``--attention``
-    adds the earlier tables of Shaw's terms and of the bias attentions.
+    adds chapter 11's comparisons of Shaw's two forms and of the bias attentions.
     """
     parser = argparse.ArgumentParser(
         prog="python -m pecode.bench",
@@ -1546,9 +1570,6 @@ def main(argv: Sequence[str] | None = None) -> list[Case]:
     parser.add_argument(
         "--attention", action="store_true", help="also the Shaw and bias-attention tables"
     )
-    parser.add_argument(
-        "--min-run-time", type=float, default=0.2, help="seconds per timing of those tables"
-    )
     args = parser.parse_args(argv)
     device = _check_device(args.device)
     rounds = args.rounds or (3 if args.quick else 5)
@@ -1577,15 +1598,14 @@ def main(argv: Sequence[str] | None = None) -> list[Case]:
         with open(args.json, "w", encoding="utf-8") as file:
             json.dump([case.as_dict() for case in cases], file, indent=1)
     if args.attention:
-        opts: dict[str, Any] = {
-            "device": device,
-            "num_threads": args.threads,
-            "min_run_time": args.min_run_time,
-        }
-        sizes = [256] if args.quick else [512, 2048]
-        rows = [r for n in sizes for r in bench_shaw(n, **opts)]
-        rows += [r for n in sizes for r in bench_bias_attention(n, **opts)]
-        print(format_table(rows))
+        options = {"device": device, "rounds": rounds, "num_threads": args.threads}
+        for length in [256] if args.quick else [512, 1024]:
+            shaw = bench_shaw(length, **options)
+            print(f"\nShaw key + value terms, {shaw.label}: median, / direct, new tensors")
+            print("\n".join(shaw.lines()))
+            for name, compared in bench_bias_attention(length, **options).items():
+                print(f"\n{name} attention, {compared.label}: median, / by hand, new tensors")
+                print("\n".join(compared.lines()))
     return cases
 
 

@@ -215,12 +215,41 @@ def test_bad_lengths_and_shapes_are_refused():
         alibi_bias_from_positions(torch.ones(2), torch.tensor([0, 1]), torch.tensor([1, 2]))
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_slopes_are_refused(bad):
+    slopes = torch.tensor([0.5, bad], dtype=torch.float64)
+    with pytest.raises(ValueError, match="slopes must be finite"):
+        ALiBi(2, slopes=slopes)
+    with pytest.raises(ValueError, match="slopes must be finite"):
+        ALiBi(2, slopes=[0.5, bad])
+    with pytest.raises(ValueError, match="slopes must be finite"):
+        alibi_bias(slopes, 3)
+    with pytest.raises(ValueError, match="slopes must be finite"):
+        alibi_key_bias(slopes, 3)
+    with pytest.raises(ValueError, match="slopes must be finite"):
+        alibi_bias_from_positions(slopes, torch.arange(3), torch.arange(3))
+
+
+def test_slopes_given_as_numbers():
+    alibi = ALiBi(2, slopes=[0.5, 1])
+    assert alibi.slopes.tolist() == [0.5, 1.0]
+    assert alibi.slopes.dtype == torch.float64
+    with pytest.raises(TypeError, match="sequence of numbers"):
+        ALiBi(2, slopes=["0.5", "1"])
+    with pytest.raises(TypeError, match="sequence of numbers"):
+        ALiBi(2, slopes=[True, 0.5])
+    with pytest.raises(TypeError, match="sequence of numbers"):
+        ALiBi(2, slopes=0.5)
+
+
 def test_scheme_refuses_mismatched_heads():
     with pytest.raises(ValueError, match="expected num_heads"):
         ALiBi(4, slopes=torch.ones(3))
-    layer = MultiHeadAttention(8, 2, position=ALiBi(4))
+    with pytest.raises(ValueError, match="num_heads"):  # refused when the layer is built
+        MultiHeadAttention(8, 2, position=ALiBi(4))
+    q, positions = torch.zeros(1, 2, 3, 4), torch.arange(3)
     with pytest.raises(ValueError, match="heads"):
-        layer(torch.randn(1, 3, 8))
+        ALiBi(4).score_bias(q, q, positions, positions)
 
 
 def test_scheme_slopes_follow_the_module_and_are_not_saved():

@@ -1,4 +1,10 @@
-"""pecode.attention against the float64 loop reference, plus its masks and its errors."""
+"""pecode.attention against the float64 loop reference, plus its masks and its errors.
+
+Grouped-query attention is checked against the same layer as multi-head attention with
+each key/value head's weights repeated for its query heads; cross-attention against
+``torch.nn.MultiheadAttention``; the KV cache's per-row positions against decoding each
+row alone, without padding.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,11 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from torch import nn
 
+from pecode.alibi import ALiBi
 from pecode.attention import (
+    ContentOnly,
     KVCache,
     MultiHeadAttention,
     PositionScheme,
@@ -18,6 +27,13 @@ from pecode.attention import (
     forward_in_chunks,
 )
 from pecode.reference import multi_head_attention_loop
+from pecode.relative import (
+    DebertaRelativePosition,
+    ShawRelativePosition,
+    T5RelativePositionBias,
+    TransformerXLRelativePosition,
+)
+from pecode.rope import RotaryEmbedding
 
 
 def make_layer(embed_dim=12, num_heads=3, seed=0, **kwargs) -> MultiHeadAttention:
@@ -163,6 +179,13 @@ def test_explicit_positions_are_validated():
         ({"embed_dim": 10, "num_heads": 3}, ValueError, "divisible"),
         ({"embed_dim": 12, "num_heads": 3, "dropout": 1.0}, ValueError, "dropout"),
         ({"embed_dim": 12, "num_heads": 3, "position": "rope"}, TypeError, "position"),
+        ({"embed_dim": 12.0, "num_heads": 3}, TypeError, "embed_dim"),
+        ({"embed_dim": 12, "num_heads": 3.0}, TypeError, "num_heads"),
+        ({"embed_dim": 12, "num_heads": 4, "num_kv_heads": 3}, ValueError, "num_kv_heads=3"),
+        ({"embed_dim": 12, "num_heads": 4, "num_kv_heads": 0}, ValueError, "num_kv_heads"),
+        ({"embed_dim": 12, "num_heads": 4, "num_kv_heads": 2.0}, TypeError, "num_kv_heads"),
+        ({"embed_dim": 12, "num_heads": 3, "context_dim": 0}, ValueError, "context_dim"),
+        ({"embed_dim": 12, "num_heads": 3, "dropout": "0.1"}, TypeError, "dropout"),
     ],
 )
 def test_constructor_rejects_bad_arguments(kwargs, error, match):
@@ -320,3 +343,356 @@ def test_kv_cache_errors():
         with pytest.raises(ValueError, match="attn_mask"):
             layer(torch.randn(2, 1, 12, dtype=torch.float64), cache=cache, attn_mask=short)
     assert len(cache) == 3  # a refused call leaves the cache as it was
+
+
+# --- a scheme built for another layer -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scheme", "match"),
+    [
+        (lambda: ALiBi(4), "num_heads=4"),
+        (lambda: T5RelativePositionBias(2), "num_heads=2"),
+        (lambda: TransformerXLRelativePosition(12, 2, 6), "num_heads=2"),
+        (lambda: RotaryEmbedding(8), "head_dim=8"),
+        (lambda: ShawRelativePosition(6, 2), "head_dim=6"),
+    ],
+)
+def test_scheme_for_another_head_count_fails_at_construction(scheme, match):
+    with pytest.raises(ValueError, match=match):
+        MultiHeadAttention(12, 3, position=scheme())
+
+
+def test_scheme_replaced_after_construction_fails_at_the_first_call():
+    layer = make_layer()
+    layer.position = T5RelativePositionBias(2)  # the layer has 3 heads
+    with pytest.raises(ValueError, match="num_heads=2"):
+        layer(torch.randn(1, 4, 12, dtype=torch.float64))
+
+
+def test_a_bias_of_the_wrong_shape_is_reported_before_the_kernel():
+    layer = make_layer(position=FixedBias(torch.zeros(2, 4, 4, dtype=torch.float64)))
+    with pytest.raises(ValueError, match=r"FixedBias.*does not broadcast"):
+        layer(torch.randn(1, 4, 12, dtype=torch.float64))
+
+
+# --- grouped-query and multi-query attention ----------------------------------------------
+
+WIDTH, HEADS = 16, 4  # head_dim 4
+
+
+def with_random_parameters(scheme: PositionScheme, seed: int = 1) -> PositionScheme:
+    """Every parameter of ``scheme`` random (Transformer-XL's u and v start at zero)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in scheme.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
+    return scheme
+
+
+SCHEMES = {
+    "none": lambda: None,
+    "rope": lambda: RotaryEmbedding(WIDTH // HEADS),
+    "alibi": lambda: ALiBi(HEADS),
+    "t5": lambda: T5RelativePositionBias(HEADS, bidirectional=False, num_buckets=8),
+    "shaw": lambda: ShawRelativePosition(WIDTH // HEADS, 3),  # value term: explicit weights
+    "xl": lambda: TransformerXLRelativePosition(WIDTH, HEADS, WIDTH // HEADS),  # reads k
+    "deberta": lambda: DebertaRelativePosition(WIDTH, HEADS, WIDTH // HEADS, 4),  # reads k
+}
+
+
+def scheme_layer(scheme_name: str, seed: int = 0, **kwargs) -> MultiHeadAttention:
+    """A float64 layer with the scheme ``SCHEMES[scheme_name]``, all its parameters random."""
+    scheme = SCHEMES[scheme_name]()
+    if scheme is not None:
+        scheme = with_random_parameters(scheme)
+    torch.manual_seed(seed)
+    return MultiHeadAttention(WIDTH, HEADS, position=scheme, **kwargs).double()
+
+
+def gqa_pair(kv_heads: int, scheme_name: str) -> tuple[MultiHeadAttention, MultiHeadAttention]:
+    """A layer with ``kv_heads`` key/value heads, and the same as multi-head attention.
+
+    The second layer has ``num_kv_heads == num_heads`` and each key/value head's weights
+    repeated for the query heads of its group (query head h reads head h // group): the
+    independent reference, which never runs grouped-query code. They share the scheme.
+    """
+    grouped = scheme_layer(scheme_name, num_kv_heads=kv_heads)
+    full = MultiHeadAttention(WIDTH, HEADS, position=grouped.position).double()
+    state = grouped.state_dict()
+    group = HEADS // kv_heads
+    for name in ("k_proj.weight", "k_proj.bias", "v_proj.weight", "v_proj.bias"):
+        per_head = state[name].unflatten(0, (kv_heads, WIDTH // HEADS))
+        state[name] = per_head.repeat_interleave(group, dim=0).flatten(0, 1)
+    full.load_state_dict(state)
+    return grouped, full
+
+
+@pytest.mark.parametrize("scheme_name", list(SCHEMES))
+@pytest.mark.parametrize("kv_heads", [1, 2])
+@pytest.mark.parametrize("causal", [False, True])
+def test_grouped_query_attention_equals_repeated_key_value_weights(scheme_name, kv_heads, causal):
+    grouped, full = gqa_pair(kv_heads, scheme_name)
+    assert grouped.k_proj.weight.shape == (kv_heads * WIDTH // HEADS, WIDTH)
+    x = torch.randn(2, 7, WIDTH, dtype=torch.float64)
+    with torch.no_grad():
+        expected = full(x, causal=causal)
+        assert torch.allclose(grouped(x, causal=causal), expected, atol=1e-12)
+        weights = grouped.attention_weights(x, causal=causal)
+        assert torch.allclose(weights, full.attention_weights(x, causal=causal), atol=1e-12)
+    assert not torch.allclose(expected, MultiHeadAttention(WIDTH, HEADS).double()(x), atol=1e-3)
+
+
+@pytest.mark.parametrize("scheme_name", ["none", "rope", "alibi", "t5", "shaw"])
+def test_grouped_query_cache_holds_key_value_heads_only(scheme_name):
+    grouped, full = gqa_pair(2, scheme_name)
+    x = torch.randn(2, 6, WIDTH, dtype=torch.float64)
+    with torch.no_grad():
+        stepwise, cache = forward_in_chunks(grouped, x, [3, 1, 1, 1])
+        expected = full(x, causal=True)
+    assert cache.keys.shape == (2, 2, 6, WIDTH // HEADS)
+    assert cache.values.shape == (2, 2, 6, WIDTH // HEADS)
+    assert torch.allclose(stepwise, expected, atol=1e-10)
+
+
+def test_grouped_query_attention_with_per_row_positions_and_a_mask():
+    grouped, full = gqa_pair(2, "rope")
+    x = torch.randn(2, 5, WIDTH, dtype=torch.float64)
+    positions = torch.tensor([[0, 0, 1, 2, 3], [4, 5, 6, 7, 8]])
+    keep = torch.tensor([[False, True, True, True, True], [True] * 5])[:, None, None, :]
+    with torch.no_grad():
+        ours = grouped(x, positions=positions, attn_mask=keep, causal=True)
+        expected = full(x, positions=positions, attn_mask=keep, causal=True)
+    assert torch.allclose(ours, expected, atol=1e-12)
+
+
+# --- KV cache: every row continues from its own position ----------------------------------
+
+
+@pytest.mark.parametrize("scheme_name", ["rope", "alibi", "t5", "shaw"])
+def test_kv_cache_continues_each_row_from_its_own_position(scheme_name):
+    # Row 0: a prompt of 3 tokens, left-padded by 2; row 1: a prompt of 5. Then 3 decoding
+    # steps with default positions. Each row must equal the same tokens run alone.
+    layer = scheme_layer(scheme_name)
+    gen = torch.Generator().manual_seed(3)
+    short = torch.randn(1, 6, WIDTH, dtype=torch.float64, generator=gen)
+    long = torch.randn(1, 8, WIDTH, dtype=torch.float64, generator=gen)
+    pad = torch.randn(1, 2, WIDTH, dtype=torch.float64, generator=gen)
+    prompt = torch.cat((torch.cat((pad, short[:, :3]), dim=1), long[:, :5]))
+    positions = torch.tensor([[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]])
+    keep = torch.tensor([[False, False, True, True, True], [True] * 5])
+    cache = KVCache()
+    with torch.no_grad():
+        mask = keep[:, None, None, :]
+        outputs = [layer(prompt, positions=positions, attn_mask=mask, causal=True, cache=cache)]
+        for t in range(3):
+            keep = torch.cat((keep, torch.ones(2, 1, dtype=torch.bool)), dim=1)
+            step = torch.cat((short[:, 3 + t : 4 + t], long[:, 5 + t : 6 + t]))
+            mask = keep[:, None, None, :]
+            outputs.append(layer(step, attn_mask=mask, causal=True, cache=cache))
+        out = torch.cat(outputs, dim=1)
+        alone_short, alone_long = layer(short, causal=True), layer(long, causal=True)
+    assert torch.isfinite(out).all()
+    assert torch.allclose(out[0, 2:], alone_short[0], atol=1e-10)
+    assert torch.allclose(out[1], alone_long[0], atol=1e-10)
+    assert cache.next_positions(2).tolist() == [[6, 7], [8, 9]]
+
+
+def test_kv_cache_next_positions():
+    cache = KVCache()
+    assert cache.next_positions(3).tolist() == [0, 1, 2]
+    assert cache.next_position == 0
+    k = torch.zeros(2, 1, 4, 2)
+    cache.append(k, k, torch.arange(4))
+    assert cache.next_positions(2).tolist() == [4, 5]
+    assert cache.next_position == 4
+    cache.append(k[:, :, :1], k[:, :, :1], torch.tensor([[4], [9]]))
+    assert cache.next_positions(1).tolist() == [[5], [10]]
+    with pytest.raises(ValueError, match="next_positions"):
+        cache.next_position  # noqa: B018
+    with pytest.raises(ValueError, match="length"):
+        cache.next_positions(0)
+
+
+def test_explicit_weights_give_zero_to_a_query_that_sees_no_key():
+    # Shaw's value term makes attention compute the weights itself; a left-padded query
+    # under a causal mask sees no key. SDPA gives such a query zero weights; a plain
+    # softmax over -inf only gives NaN, which the next layer would spread to every token.
+    layer = scheme_layer("shaw")
+    x = torch.randn(1, 4, WIDTH, dtype=torch.float64)
+    keep = torch.tensor([[False, True, True, True]])[:, None, None, :]
+    positions = torch.tensor([[0, 0, 1, 2]])
+    with torch.no_grad():
+        out = layer(x, positions=positions, attn_mask=keep, causal=True)
+        weights = layer.attention_weights(x, positions=positions, attn_mask=keep, causal=True)
+        alone = layer(x[:, 1:], causal=True)
+    assert torch.isfinite(out).all()
+    assert torch.equal(weights[0, :, 0], torch.zeros(HEADS, 4, dtype=torch.float64))
+    assert torch.allclose(out[0, 0], layer.out_proj.bias)  # zero heads, then W_O's bias
+    assert torch.allclose(out[:, 1:], alone, atol=1e-12)
+
+
+# --- cross-attention ----------------------------------------------------------------------
+
+
+def test_cross_attention_matches_torch_multihead_attention():
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(12, 3, context_dim=10).double()
+    reference = nn.MultiheadAttention(12, 3, kdim=10, vdim=10, batch_first=True).double()
+    with torch.no_grad():
+        reference.q_proj_weight.copy_(layer.q_proj.weight)
+        reference.k_proj_weight.copy_(layer.k_proj.weight)
+        reference.v_proj_weight.copy_(layer.v_proj.weight)
+        reference.in_proj_bias.copy_(
+            torch.cat((layer.q_proj.bias, layer.k_proj.bias, layer.v_proj.bias))
+        )
+        reference.out_proj.load_state_dict(layer.out_proj.state_dict())
+    x = torch.randn(2, 4, 12, dtype=torch.float64)
+    context = torch.randn(2, 6, 10, dtype=torch.float64)
+    real = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])  # row 1: 2 padded keys
+    with torch.no_grad():
+        ours = layer(x, context=context, attn_mask=real[:, None, None, :])
+        theirs, _ = reference(x, context, context, key_padding_mask=~real, need_weights=False)
+        # the padded context gives what the context cut to its real length gives
+        cut = layer(x[1:], context=context[1:, :4])
+        weights = layer.attention_weights(x, context=context)
+    assert torch.allclose(ours, theirs, atol=1e-12)
+    assert torch.allclose(ours[1:], cut, atol=1e-12)
+    assert weights.shape == (2, 3, 4, 6)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_grouped_query_cross_attention_equals_repeated_weights(kv_heads):
+    grouped, full = gqa_pair(kv_heads, "none")
+    x = torch.randn(2, 3, WIDTH, dtype=torch.float64)
+    context = torch.randn(2, 5, WIDTH, dtype=torch.float64)
+    with torch.no_grad():
+        assert torch.allclose(grouped(x, context=context), full(x, context=context), atol=1e-12)
+
+
+def test_content_only_scale_equals_folding_the_scale_into_the_query_weights():
+    # T5's encoder-decoder attention: no positions, logits q·k unscaled. The same layer
+    # with W_Q and its bias multiplied by that factor times sqrt(Dh) and the default scale.
+    torch.manual_seed(0)
+    t5_like = MultiHeadAttention(12, 3, position=ContentOnly(logit_scale=1.0)).double()
+    folded = MultiHeadAttention(12, 3).double()
+    folded.load_state_dict(t5_like.state_dict())
+    with torch.no_grad():
+        folded.q_proj.weight.mul_(math.sqrt(4))
+        folded.q_proj.bias.mul_(math.sqrt(4))
+    x = torch.randn(2, 4, 12, dtype=torch.float64)
+    context = torch.randn(2, 5, 12, dtype=torch.float64)
+    with torch.no_grad():
+        assert torch.allclose(t5_like(x, context=context), folded(x, context=context), atol=1e-12)
+    assert ContentOnly().logit_scale(16) == 0.25
+    with pytest.raises(ValueError, match="logit_scale"):
+        ContentOnly(logit_scale=0.0)
+    with pytest.raises(TypeError, match="logit_scale"):
+        ContentOnly(logit_scale="1")
+
+
+@pytest.mark.parametrize("scheme_name", ["rope", "alibi", "t5", "shaw", "xl", "deberta"])
+def test_cross_attention_refuses_schemes_that_relate_positions(scheme_name):
+    layer = MultiHeadAttention(WIDTH, HEADS, position=SCHEMES[scheme_name]())
+    assert not layer.position.supports_cross_attention
+    with pytest.raises(ValueError, match="cross-attention"):
+        layer(torch.randn(1, 3, WIDTH), context=torch.randn(1, 5, WIDTH))
+
+
+def test_cross_attention_accepts_a_scheme_that_opts_in():
+    class SharedClock(PositionScheme):
+        """A bias on the gap between time stamps that both sequences share."""
+
+        supports_cross_attention = True
+
+        def score_bias(self, q, k, q_positions, k_positions):
+            return -0.1 * (q_positions[:, None] - k_positions[None, :]).abs().to(q.dtype)
+
+    layer = make_layer(position=SharedClock())
+    plain = make_layer()
+    x = torch.randn(1, 2, 12, dtype=torch.float64)
+    context = torch.randn(1, 3, 12, dtype=torch.float64)
+    times = torch.tensor([0, 10])
+    context_times = torch.tensor([0, 5, 10])
+    with torch.no_grad():
+        ours = layer(x, context=context, positions=times, context_positions=context_times)
+        bias = -0.1 * (times[:, None] - context_times[None, :]).abs().double()
+        q = plain._split_heads(plain.q_proj(x))
+        k = plain._split_heads(plain.k_proj(context))
+        v = plain._split_heads(plain.v_proj(context))
+        weights = (q @ k.transpose(-2, -1) / 2 + bias).softmax(-1)
+        expected = plain.out_proj(plain._merge_heads(weights @ v))
+    assert torch.allclose(ours, expected, atol=1e-12)
+
+
+def test_cross_attention_cache_projects_the_context_once():
+    grouped, _ = gqa_pair(1, "none")
+    calls = []
+    grouped.k_proj.register_forward_hook(lambda *args: calls.append(1))
+    x = torch.randn(2, 4, WIDTH, dtype=torch.float64)
+    context = torch.randn(2, 5, WIDTH, dtype=torch.float64)
+    with torch.no_grad():
+        full = grouped(x, context=context)
+        calls.clear()
+        cache = KVCache()
+        steps = [grouped(x[:, t : t + 1], context=context, cache=cache) for t in range(4)]
+    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-12)
+    assert len(calls) == 1
+    assert len(cache) == 5
+    assert cache.keys.shape[1] == 1
+    with torch.no_grad(), pytest.raises(ValueError, match="another context"):
+        grouped(x[:, :1], context=context.clone(), cache=cache)
+    with torch.no_grad(), pytest.raises(ValueError, match="pass that context"):
+        grouped(x[:, :1], cache=cache)
+    self_cache = KVCache()
+    with torch.no_grad():
+        grouped(x[:, :1], cache=self_cache)
+        with pytest.raises(ValueError, match="self-attention keys"):
+            grouped(x[:, :1], context=context, cache=self_cache)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"context": torch.randn(1, 5, 12), "causal": True}, ValueError, "causal"),
+        ({"context": torch.randn(2, 5, 12)}, ValueError, "batch"),
+        ({"context": torch.randn(1, 5, 7)}, ValueError, "context must have shape"),
+        ({"context": torch.randn(1, 5, 12).double()}, TypeError, "dtype"),
+        ({"context": torch.randn(1, 0, 12)}, ValueError, "context must contain"),
+        ({"context": [[0.0] * 12]}, TypeError, "context must be a torch.Tensor"),
+        ({"context_positions": torch.arange(4)}, ValueError, "context_positions needs"),
+        (
+            {"context": torch.randn(1, 5, 12), "context_positions": torch.arange(4)},
+            ValueError,
+            "context_positions must have shape",
+        ),
+        (
+            {"context": torch.randn(1, 5, 12), "attn_mask": torch.ones(4, 4).bool()},
+            ValueError,
+            "attn_mask",
+        ),
+        ({"positions": [0, 1, 2, 3]}, TypeError, "positions must be a torch.Tensor"),
+    ],
+)
+def test_cross_attention_rejects_bad_input(kwargs, error, match):
+    layer = MultiHeadAttention(12, 3)
+    with pytest.raises(error, match=match):
+        layer(torch.randn(1, 4, 12), **kwargs)
+
+
+def test_a_layer_with_another_context_width_needs_a_context():
+    layer = MultiHeadAttention(12, 3, context_dim=8)
+    with pytest.raises(ValueError, match="context_dim=8"):
+        layer(torch.randn(1, 4, 12))
+
+
+@pytest.mark.parametrize("kv_heads", [1, 4])
+def test_explicit_weights_have_exact_gradients(kv_heads):
+    # the explicit path works in place where autograd allows it; gradcheck compares its
+    # gradients with finite differences, a padded query that sees no key included
+    layer = scheme_layer("shaw", num_kv_heads=kv_heads)
+    keep = torch.tensor([[False, True, True]])[:, None, None, :]
+    x = torch.randn(1, 3, WIDTH, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda x: layer(x, attn_mask=keep, causal=True), (x,), eps=1e-6, atol=1e-8
+    )

@@ -20,76 +20,49 @@ import torch
 
 from pecode import bench
 from pecode.reference.rope import rope_loop
-from pecode.relative import peak_tensor_memory
+from pecode.bench import peak_tensor_memory
 from pecode.rope import apply_rope
 
 
-def test_median_time_is_positive_and_checks_its_arguments():
-    assert bench.median_time(lambda: torch.ones(3).sum(), min_run_time=0.01) > 0
-    with pytest.raises(TypeError, match="fn"):
-        bench.median_time(3)
-    with pytest.raises(ValueError, match="min_run_time"):
-        bench.median_time(lambda: None, min_run_time=0)
-    with pytest.raises(ValueError, match="num_threads"):
-        bench.median_time(lambda: None, num_threads=0)
-
-
-def test_bench_rope_rows_ratios_and_memory():
-    shape = (1, 2, 16, 8)
-    rows = bench.bench_rope(shape, min_run_time=0.01)
-    by_name = {r.method: r for r in rows}
-    assert list(by_name) == [
-        "rope: clone",
-        "rope: copy_",
-        "rope half: apply_rope",
-        "rope interleaved: apply_rope",
-        "rope: textbook",
-    ]
-    clone, textbook = by_name["rope: clone"], by_name["rope: textbook"]
-    assert clone.ratio == 1.0
-    for r in rows:  # ratios are the medians' quotients, measured in the same run
-        assert math.isclose(r.ratio, r.median_s / clone.median_s)
-        assert math.isclose(r.textbook_ratio, r.median_s / textbook.median_s)
-    out_bytes = 2 * math.prod(shape) * 4
-    assert clone.peak_bytes == out_bytes  # two new tensors, nothing else
-    assert by_name["rope: copy_"].peak_bytes == 0  # writes into existing tensors
-    for layout in ("half", "interleaved"):
-        fast = by_name[f"rope {layout}: apply_rope"]
-        # the harness counts at least the two outputs and never more than the
-        # textbook's full-size temporaries (how little apply_rope allocates on large
-        # inputs is tested with its kernels, not here)
-        assert out_bytes <= fast.peak_bytes <= textbook.peak_bytes
-        assert fast.max_error <= 1e-6
-
-
-def test_bench_rope_rejects_bad_shapes():
-    with pytest.raises(ValueError, match="shape"):
-        bench.bench_rope((2, 16, 8))
-    with pytest.raises(ValueError, match="shape"):
-        bench.bench_rope((1, 2, 16, 7))
-
-
 def test_bench_shaw_gather_form_needs_less_memory():
-    direct, gather = bench.bench_shaw(64, heads=2, head_dim=16, max_distance=4, min_run_time=0.01)
+    shaw = bench.bench_shaw(64, heads=2, head_dim=16, max_distance=4, rounds=2, target_s=1e-3)
+    assert list(shaw.samples) == ["direct", "gather"]
+    assert shaw.baseline == "direct"
     # the direct form holds an [L, L, Dh] float32 tensor: 64 * 64 * 16 * 4 bytes
-    assert direct.peak_bytes >= 64 * 64 * 16 * 4
-    assert gather.peak_bytes < direct.peak_bytes / 2
-    assert gather.max_error < 1e-4
-    assert direct.ratio == 1.0
+    assert shaw.peaks["direct"] >= 64 * 64 * 16 * 4
+    assert shaw.peaks["gather"] < shaw.peaks["direct"] / 2
+    assert shaw.max_error < 1e-4
+    assert shaw.ratio("direct").median == 1.0
+    assert all(len(times) == 2 and min(times) > 0 for times in shaw.samples.values())
+    assert [line.split()[0] for line in shaw.lines()] == ["direct", "gather"]
+    with pytest.raises(ValueError, match="max_distance"):
+        bench.bench_shaw(8, max_distance=-1)
 
 
 def test_bench_bias_attention_same_numbers_less_memory():
-    rows = bench.bench_bias_attention(64, heads=2, head_dim=8, min_run_time=0.01)
-    assert [r.method for r in rows] == [
-        "alibi attention: by hand",
-        "alibi attention: sdpa",
-        "t5 attention: by hand",
-        "t5 attention: sdpa",
-    ]
-    for by_hand, sdpa in (rows[:2], rows[2:]):
-        assert sdpa.max_error < 1e-4
+    compared = bench.bench_bias_attention(64, heads=2, head_dim=8, rounds=2, target_s=1e-3)
+    assert list(compared) == ["alibi", "t5"]
+    for result in compared.values():
+        assert list(result.samples) == ["by hand", "sdpa"]
+        assert result.max_error < 1e-4
         # by hand holds the [1, H, L, L] logits (and probabilities)
-        assert by_hand.peak_bytes >= 2 * 64 * 64 * 4
+        assert result.peaks["by hand"] >= 2 * 2 * 64 * 64 * 4
+    with pytest.raises(ValueError, match="heads"):
+        bench.bench_bias_attention(8, heads=0)
+
+
+def test_comparison_error_compares_every_method_with_the_first():
+    # a method that returns another result is seen: the comparison can fail
+    wrong = bench._compare(
+        "two",
+        {"one": lambda: torch.ones(3), "two": lambda: torch.full((3,), 2.0)},
+        "one",
+        device=torch.device("cpu"),
+        rounds=1,
+        target_s=1e-4,
+        num_threads=1,
+    )
+    assert wrong.max_error == 1.0
 
 
 def test_softmax_attention_matches_a_loop():
@@ -109,7 +82,9 @@ def test_encoding_costs_count_parameters_of_each_papers_parameterisation():
     # counts derived from each paper's definitions applied to this layer (no paper
     # prints a count for it); every encoding of the table is covered
     length, dim, heads, k = 32, 16, 2, 4
-    rows = bench.encoding_costs([length], dim=dim, heads=heads, max_distance=k, min_run_time=0.01)
+    rows = bench.encoding_costs(
+        [length], dim=dim, heads=heads, max_distance=k, rounds=2, target_s=1e-3
+    )
     params = {r["encoding"]: r["parameters"] for r in rows}
     head_dim = dim // heads
     expected = {
@@ -126,13 +101,7 @@ def test_encoding_costs_count_parameters_of_each_papers_parameterisation():
     assert params == expected
     assert {r["length"] for r in rows} == {length}
     assert next(r for r in rows if r["encoding"] == "none")["extra_bytes"] == 0
-
-
-def test_format_table_of_the_earlier_harness():
-    rows = bench.bench_shaw(32, heads=2, head_dim=8, max_distance=2, min_run_time=0.01)
-    text = bench.format_table(rows)
-    assert text.splitlines()[0].startswith("method")
-    assert "shaw key+value: gather" in text
+    assert all(r["time_ratio"].median > 0 for r in rows)
 
 
 def test_peak_memory_of_a_clone_is_its_size():
@@ -485,3 +454,24 @@ def test_command_line_quick(tmp_path, capsys):
         [1, 2, 8, 8],
         [1, 2, 1, 8],
     ]
+
+
+def test_case_record_round_trip_and_the_recorded_gpu_run():
+    case = bench.bench_rope_case(
+        (1, 2, 8, 8), rounds=2, target_s=1e-4, peers=False, layouts=("half",)
+    )
+    back = bench.Case.from_dict(json.loads(json.dumps(case.as_dict())))
+    assert back.samples == case.samples
+    assert back.label == case.label
+    assert back.ratio("apply_rope half", "copy_") == case.ratio("apply_rope half", "copy_")
+    with pytest.raises(ValueError, match="rows"):
+        bench.Case.from_dict({"label": "x"})
+    # the H100 run the book quotes: every method's rotation was checked on the GPU
+    recorded = bench.recorded_cases("h100")
+    assert {c.device for c in recorded} == {"cuda (NVIDIA H100 80GB HBM3)"}
+    assert {c.dtype for c in recorded} == {"float32", "bfloat16"}
+    for c in recorded:
+        errors = [e for n, e in c.max_errors.items() if c.kinds[n] != "yardstick"]
+        assert max(errors) < (1e-5 if c.dtype == "float32" else 0.05)
+    with pytest.raises(ValueError, match="no recorded run"):
+        bench.recorded_cases("a100")

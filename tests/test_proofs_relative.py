@@ -12,6 +12,7 @@ import torch
 import pecode.absolute
 import pecode.alibi
 import pecode.relative
+import pecode.relative.t5
 import pecode.rope
 from pecode.proofs.relative import (
     clipped_offset_shift_invariance,
@@ -165,8 +166,8 @@ SIGN_ERRORS = {
         lambda f: lambda q, k, rel, u, v: f(q, k, rel, v, u), "Transformer-XL / XLNet",
         {3: None, 4: None},
     ),
-    "T5 offset negated": (
-        pecode.relative, "t5_relative_position_bucket",
+    "T5 offset negated": (  # patched where T5RelativePositionBias looks it up
+        pecode.relative.t5, "t5_relative_position_bucket",
         lambda f: lambda offset, *a: f(-offset, *a), "T5", {4: None},
     ),
     "DeBERTa position-to-content term negated": (
