@@ -17,10 +17,17 @@ alibi
     ALiBi slopes, biases and the attention scheme (chapter 6).
 complex_plane
     Partial sums of the exponential series (chapter 7).
+frequencies
+    RoPE's frequencies ``rope_inv_freq`` and the checks of their arguments, shared by
+    ``rope`` and ``scaling`` (neither imports the other).
 rope
-    Rotary position embedding: tables, both layouts, RotaryEmbedding (chapters 8-9).
+    Rotary position embedding: tables, both layouts, RotaryEmbedding, with Hugging
+    Face's ``forward(x, position_ids)`` and ``RotaryEmbedding.from_hf_config``
+    (chapters 8-9).
 scaling
-    Long-context RoPE frequencies: linear, NTK-aware, dynamic, YaRN, Llama 3.1 (chapter 10).
+    Long-context RoPE frequencies: linear, NTK-aware, dynamic, YaRN, Llama 3.1, LongRoPE
+    (Phi-3), proportional (Gemma 4), a base change (chapter 10); ``hf_rope_arguments``
+    and ``frequencies_from_hf_config`` read a Hugging Face ``config.json`` as it is.
 proofs
     sympy derivations that return a residual (zero when the identity holds), one
     submodule per chapter.

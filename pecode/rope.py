@@ -21,7 +21,8 @@ The pure functions come first:
 
 :class:`RotaryEmbedding` is the :class:`~pecode.attention.PositionScheme` that rotates
 queries and keys inside :class:`~pecode.attention.MultiHeadAttention`; it caches its
-tables and grows them on demand.
+tables and grows them on demand, and, called as a module, returns the ``(cos, sin)`` of
+Hugging Face's ``rotary_emb(x, position_ids)``.
 
 This module is the math. :mod:`pecode.rope_kernels` holds the fast paths that
 :func:`apply_rope` hands its work to when they apply (the same numbers in fewer passes
@@ -30,16 +31,20 @@ over memory, and a backward that is the inverse rotation).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from pecode import rope_kernels
-from pecode._checks import check_integer_tensor
+from pecode._checks import check_int, check_integer_tensor, check_positions
 from pecode.attention import PositionScheme
+from pecode.frequencies import check_rope_base, check_rope_dim, rope_inv_freq
+from pecode.scaling import hf_rope_arguments, rope_frequencies
 
 __all__ = [
+    "TABLE_ROWS_ALWAYS_CACHED",
     "RotaryEmbedding",
     "apply_partial_rope",
     "apply_rope",
@@ -56,13 +61,8 @@ __all__ = [
 ]
 
 _LAYOUTS = ("half", "interleaved")
-
-
-def _check_dim(name: str, dim: int) -> None:
-    if isinstance(dim, bool) or not isinstance(dim, int):
-        raise TypeError(f"{name} must be an int, got {type(dim).__name__}")
-    if dim <= 0 or dim % 2 != 0:
-        raise ValueError(f"{name} must be a positive even number (RoPE rotates pairs), got {dim}")
+# The scaling kinds whose frequencies follow the positions of each call (see RotaryEmbedding)
+_PER_CALL_SCALING = ("dynamic", "longrope")
 
 
 def _check_layout(layout: str) -> None:
@@ -70,37 +70,15 @@ def _check_layout(layout: str) -> None:
         raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
 
 
+def _check_tensors(**tensors: object) -> None:
+    for name, value in tensors.items():
+        if not isinstance(value, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+
+
 def _table_dtype(*dtypes: torch.dtype) -> torch.dtype:
     """float64 if any input is float64, else float32: never narrower than float32."""
     return torch.float64 if torch.float64 in dtypes else torch.float32
-
-
-def rope_inv_freq(dim: int, base: float = 10000.0, *, dtype: torch.dtype = torch.float32) -> Tensor:
-    """The rotation frequencies ``θ_i = base^(-2i/dim)`` for ``i = 0 .. dim/2 - 1``.
-
-    RoFormer §3.2.2: ``Θ = {θ_i = 10000^(-2(i-1)/d), i = 1..d/2}`` (1-based there).
-    Computed in float64 and then rounded to ``dtype``.
-
-    Shapes::
-
-        returns: [dim // 2], ``dtype`` (float32 by default)
-
-    Args:
-        dim: the number of rotated features (even).
-        base: the base of the geometric progression (10000 in RoFormer).
-        dtype: float32 (the contract's default) or float64.
-
-    Raises:
-        TypeError: ``dim`` is not an int, or ``dtype`` is not float32/float64.
-        ValueError: ``dim`` is not positive and even, or ``base`` is not greater than 1.
-    """
-    _check_dim("dim", dim)
-    if not base > 1.0:
-        raise ValueError(f"base must be greater than 1, got {base}")
-    if dtype not in (torch.float32, torch.float64):
-        raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
-    exponents = torch.arange(0, dim, 2, dtype=torch.float64) / dim
-    return (float(base) ** -exponents).to(dtype)
 
 
 def rope_cos_sin(
@@ -131,8 +109,7 @@ def rope_cos_sin(
             ``compute_dtype`` is not a floating dtype.
         ValueError: ``inv_freq`` is not 1-D, or ``positions`` is 0-D.
     """
-    if not isinstance(positions, Tensor) or not isinstance(inv_freq, Tensor):
-        raise TypeError("positions and inv_freq must be torch.Tensors")
+    _check_tensors(positions=positions, inv_freq=inv_freq)
     if not inv_freq.is_floating_point():
         raise TypeError(f"inv_freq must be a floating tensor, got {inv_freq.dtype}")
     if inv_freq.dim() != 1:
@@ -185,6 +162,7 @@ def _check_rope_inputs(
             f"shape {tuple(shape)}, got {tuple(table)}"
         )
     if len(table) > 2:  # batched tables ([B, 1, L, dim/2], say): they must broadcast
+        _check_head_axis(shape, table, "cos/sin", "cos[:, None], sin[:, None]")
         try:
             shape = torch.Size((*_broadcast(shape[:-1], table[:-1]), shape[-1]))
         except RuntimeError as err:
@@ -194,6 +172,26 @@ def _check_rope_inputs(
             ) from err
     if out is not None:
         _check_out(out, x, cos, sin, shape)
+
+
+def _check_head_axis(
+    x_shape: torch.Size, shape: torch.Size, name: str, fix: str, trailing: int = 2
+) -> None:
+    """Refuse batched tables with fewer axes than ``x``: their batch would meet x's heads.
+
+    ``shape`` ends in ``trailing`` axes that match x's ``[L, dim]``; the axes before
+    them are the batch. ``rope_cos_sin(positions [B, L])`` gives ``[B, L, dim/2]``;
+    against ``x [B, H, L, dim]`` that ``B`` lines up with ``H``, which rotates each head
+    by another row's positions when ``B == H`` (and fails to broadcast otherwise).
+    Leading axes of size 1 are shared by every row either way, so they pass.
+    """
+    lead = shape[:-trailing]
+    if 0 < len(lead) < len(x_shape) - 2 and any(size != 1 for size in lead):
+        raise ValueError(
+            f"{name} of shape {tuple(shape)} have fewer axes than x of shape {tuple(x_shape)}, "
+            f"so their batch axis would line up with x's head axis: add the head axis "
+            f"({fix} for x [B, H, L, dim] and positions [B, L])"
+        )
 
 
 def _broadcast(a: torch.Size, b: torch.Size) -> torch.Size:
@@ -244,7 +242,9 @@ def apply_rope(
     Shapes::
 
         x:        [..., L, dim]
-        cos, sin: [..., L or 1, dim // 2], broadcastable against x (from rope_cos_sin)
+        cos, sin: [..., L or 1, dim // 2], broadcastable against x (from rope_cos_sin);
+                  batched tables have x's number of axes: [B, 1, L, dim // 2] for
+                  x [B, H, L, dim] (cos[:, None] of rope_cos_sin(positions [B, L]))
         out:      optional, the result's shape and x's dtype: written and returned, so
                   that nothing is allocated (inference only)
         returns:  [..., L, dim] (the broadcast shape), x.dtype
@@ -252,7 +252,8 @@ def apply_rope(
     Raises:
         TypeError: an input is not a floating tensor, or ``out`` is not a tensor of
             ``x``'s dtype.
-        ValueError: ``dim`` is odd, the tables do not fit ``x``, ``layout`` is unknown, or
+        ValueError: ``dim`` is odd, the tables do not fit ``x`` (batched tables with fewer
+            axes than ``x`` included: their batch would meet x's heads), ``layout`` is unknown, or
             ``out`` has the wrong shape or device, shares memory with an input, or is
             given while an input requires grad.
     """
@@ -315,17 +316,20 @@ def apply_rope_rotate_half(x: Tensor, cos_full: Tensor, sin_full: Tensor) -> Ten
     Shapes::
 
         x:                  [..., L, dim]
-        cos_full, sin_full: [..., L, dim], broadcastable against x
+        cos_full, sin_full: [..., L, dim], broadcastable against x; batched tables have
+                            x's number of axes ([B, 1, L, dim] for x [B, H, L, dim])
         returns:            [..., L, dim]
 
     Raises:
-        ValueError: the last dimension is odd or the tables' last dimension differs.
+        ValueError: the last dimension is odd, the tables' last dimension differs, or
+            batched tables have fewer axes than ``x``.
     """
     if cos_full.shape[-1] != x.shape[-1] or sin_full.shape[-1] != x.shape[-1]:
         raise ValueError(
             f"cos_full/sin_full must have last dimension {x.shape[-1]}, "
             f"got {cos_full.shape[-1]} and {sin_full.shape[-1]}"
         )
+    _check_head_axis(x.shape, cos_full.shape, "cos_full", "cos_full[:, None], sin_full[:, None]")
     return x * cos_full + rotate_half(x) * sin_full
 
 
@@ -382,12 +386,17 @@ def apply_rope_matrix(
         returns:   [..., L, dim], in the matrix's dtype (float32 or float64)
 
     Raises:
-        ValueError: ``dim`` differs from ``2 * len(inv_freq)`` or ``layout`` is unknown.
+        TypeError: an argument is not a tensor (see :func:`rope_cos_sin`).
+        ValueError: ``dim`` differs from ``2 * len(inv_freq)``, ``positions`` is not 1-D,
+            or ``layout`` is unknown.
     """
+    _check_tensors(x=x, positions=positions, inv_freq=inv_freq)
     if x.shape[-1] != 2 * inv_freq.shape[0]:
         raise ValueError(
             f"x's last dimension {x.shape[-1]} must be 2 * len(inv_freq) = {2 * inv_freq.shape[0]}"
         )
+    if positions.dim() != 1:
+        raise ValueError(f"positions must be 1-D [L], got shape {tuple(positions.shape)}")
     matrix = rope_rotation_matrix(positions, inv_freq, layout)
     return torch.einsum("lij,...lj->...li", matrix, x.to(matrix.dtype))
 
@@ -404,18 +413,23 @@ def apply_rope_complex(
     Shapes::
 
         x:         [..., L, dim]
-        positions: [..., L]
+        positions: [..., L], broadcastable against x's leading axes; batched positions
+                   have x's number of axes less one ([B, 1, L] for x [B, H, L, dim])
         inv_freq:  [dim // 2]
         returns:   [..., L, dim], float32 or float64
 
     Raises:
-        ValueError: ``dim`` differs from ``2 * len(inv_freq)`` or ``layout`` is unknown.
+        TypeError: an argument is not a tensor (see :func:`rope_cos_sin`).
+        ValueError: ``dim`` differs from ``2 * len(inv_freq)``, ``layout`` is unknown, or
+            batched positions have fewer axes than ``x`` less one.
     """
     _check_layout(layout)
+    _check_tensors(x=x, positions=positions, inv_freq=inv_freq)
     if x.shape[-1] != 2 * inv_freq.shape[0]:
         raise ValueError(
             f"x's last dimension {x.shape[-1]} must be 2 * len(inv_freq) = {2 * inv_freq.shape[0]}"
         )
+    _check_head_axis(x.shape, positions.shape, "positions", "positions[:, None]", trailing=1)
     real = _table_dtype(x.dtype, inv_freq.dtype)
     cos, sin = rope_cos_sin(positions, inv_freq.to(real))
     rotor = torch.complex(cos, sin)  # e^{i m θ}
@@ -467,7 +481,7 @@ def layout_permutation(dim: int) -> Tensor:
     Raises:
         TypeError, ValueError: ``dim`` is not a positive even int.
     """
-    _check_dim("dim", dim)
+    check_rope_dim("dim", dim)
     half = dim // 2
     return torch.stack((torch.arange(half), torch.arange(half) + half), dim=-1).flatten()
 
@@ -507,16 +521,31 @@ def convert_qk_weight_layout(weight: Tensor, num_heads: int, source: str, target
     return heads[:, perm.to(weight.device)].reshape(weight.shape)
 
 
+TABLE_ROWS_ALWAYS_CACHED = 4096
+"""Rows :class:`RotaryEmbedding` may always grow its tables to (1 MiB of float32 cos and sin
+at ``rotary_dim`` 64). Beyond them a table grows (doubling) only while it stays within
+twice the larger of the rows it holds and the positions a call asks for; a call far past
+it (one token at position ``10**6``) gets rows for its own positions instead."""
+
+
 class RotaryEmbedding(PositionScheme):
     """RoPE as a position scheme: rotates queries and keys (never values) by their positions.
 
     Caches cos/sin tables for positions ``0 .. N-1`` (float32, or float64 with
-    ``dtype=torch.float64``) and grows them, doubling, when a larger position
-    arrives. The tables stay in that dtype even after ``module.to(torch.bfloat16)``:
-    they are rebuilt, and the rotation runs in float32 before rounding to the input's
-    dtype (chapter 9 shows why). Positions come from
+    ``dtype=torch.float64``) and grows them, doubling, when a call needs the next
+    positions. A call far past the tables (one token at position ``10**6``) gets rows
+    computed for its positions alone: the tables never grow past twice the largest of
+    the rows they held, the positions of the call and ``TABLE_ROWS_ALWAYS_CACHED``.
+    The tables stay in their dtype even after ``module.to(torch.bfloat16)``: they are
+    rebuilt, and the rotation runs in float32 before rounding to the input's dtype
+    (chapter 9 shows why). They hold no learned values and are not in the state dict:
+    built on the ``meta`` device, the module rebuilds them when ``to_empty()`` gives it
+    memory (or when :meth:`reset_parameters` is called). Positions come from
     :class:`~pecode.attention.MultiHeadAttention` as ``[L]`` or ``[B, L]``: offsets
-    for a KV cache and per-row positions for left padding need nothing else.
+    for a KV cache and per-row positions for left padding need nothing else. Called as
+    a module, ``rotary(x, position_ids)`` returns Hugging Face's ``(cos, sin)``
+    (:meth:`forward`); :meth:`from_hf_config` builds the module of a Hugging Face
+    model from its ``config.json``.
 
     Under ``torch.compile`` and ``torch.export`` the tables cannot grow (growing reads the
     positions on the host): give ``initial_positions`` at least the longest sequence, or
@@ -527,19 +556,31 @@ class RotaryEmbedding(PositionScheme):
         base: the frequency base (10000 in RoFormer).
         layout: ``"half"`` or ``"interleaved"`` (see :func:`apply_rope`).
         rotary_dim: rotate only the first ``rotary_dim`` features (default all).
-        initial_positions: table length to build up front.
+        initial_positions: table length to build up front (a non-negative int).
         dtype: float32 or float64 tables.
         scaling: a long-context kind of :func:`pecode.scaling.rope_frequencies`
             (``"linear"``, ``"yarn"``, ...); its attention factor multiplies the cos
-            and sin tables. ``"dynamic"`` rebuilds the tables whenever the largest
-            position requested changes the length past ``original_max_position_embeddings``.
-        scaling_params: that kind's parameters (``factor``, ...).
+            and sin tables. ``"dynamic"`` follows Hugging Face transformers
+            (``dynamic_rope_update``): past ``original_max_position_embeddings`` the
+            frequencies are those of the longest length seen so far, until a call that
+            stays below that length brings back the unscaled ones; so they depend on
+            earlier calls (:meth:`reset_parameters` forgets them). ``"longrope"``
+            (Phi-3) follows transformers too: each call uses ``long_factor`` when its
+            largest position is at least ``original_max_position_embeddings``, else
+            ``short_factor``, whatever came before; its attention factor is one for
+            both. For either kind, a decoding step that changes the frequencies
+            computes the row of its own position only, and keys cached before the
+            change keep their old rotation, as in transformers.
+        scaling_params: that kind's parameters (``factor``, ...), without ``seq_len``,
+            which ``"dynamic"`` and ``"longrope"`` take from the positions of each call.
 
     Raises:
         TypeError, ValueError: ``head_dim``/``rotary_dim`` not positive and even,
-            ``rotary_dim > head_dim``, an unknown layout, ``base <= 1``, a
-            ``dtype`` other than float32/float64, or a scaling kind or parameter that
-            :func:`pecode.scaling.rope_frequencies` rejects.
+            ``rotary_dim > head_dim``, an unknown layout, ``base`` not a finite number
+            greater than 1, ``initial_positions`` not a non-negative int, a ``dtype``
+            other than float32/float64, a scaling kind or parameter that
+            :func:`pecode.scaling.rope_frequencies` rejects, or a ``seq_len`` in
+            ``scaling_params``.
     """
 
     def __init__(
@@ -552,33 +593,93 @@ class RotaryEmbedding(PositionScheme):
         initial_positions: int = 0,
         dtype: torch.dtype = torch.float32,
         scaling: str | None = None,
-        scaling_params: dict | None = None,
+        scaling_params: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        _check_dim("head_dim", head_dim)
+        check_rope_dim("head_dim", head_dim)
         rotary_dim = head_dim if rotary_dim is None else rotary_dim
-        _check_dim("rotary_dim", rotary_dim)
+        check_rope_dim("rotary_dim", rotary_dim)
         if rotary_dim > head_dim:
             raise ValueError(f"rotary_dim={rotary_dim} exceeds head_dim={head_dim}")
         _check_layout(layout)
-        self.head_dim, self.rotary_dim, self.layout = head_dim, rotary_dim, layout
+        check_int("initial_positions", initial_positions, minimum=0)
         if dtype not in (torch.float32, torch.float64):
             raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
-        self.base, self.table_dtype = float(base), dtype
-        rope_inv_freq(rotary_dim, base)  # validates base
-        self.scaling, self.scaling_params = scaling, dict(scaling_params or {})
-        self._seq_len = 0  # the length "dynamic" frequencies were built for
-        if scaling is not None:
-            self._frequencies(0)  # validates the kind and its parameters
-        elif self.scaling_params:
+        if scaling is not None and not isinstance(scaling, str):
+            raise TypeError(f"scaling must be a str or None, got {type(scaling).__name__}")
+        if scaling_params is not None and not isinstance(scaling_params, Mapping):
+            raise TypeError(
+                f"scaling_params must be a dict or None, got {type(scaling_params).__name__}"
+            )
+        if scaling is None and scaling_params:
             raise ValueError("scaling_params given without a scaling kind")
+        if scaling in _PER_CALL_SCALING and "seq_len" in (scaling_params or {}):
+            raise ValueError(
+                f"scaling_params['seq_len']: RotaryEmbedding(scaling={scaling!r}) takes the "
+                "current length from the positions of each call; leave seq_len out"
+            )
+        self.head_dim, self.rotary_dim, self.layout = head_dim, rotary_dim, layout
+        self.base, self.table_dtype = check_rope_base("base", base), dtype
+        self.scaling, self.scaling_params = scaling, dict(scaling_params or {})
+        # The frequencies of the tables, in float64 on the CPU even when the module is
+        # built on "meta": everything the tables are rebuilt from (validates the scaling).
+        with torch.device("cpu"):
+            self._inv_freq, self._attention_factor = self._frequencies(0)
+        # "dynamic", "longrope": the length the frequencies are for ("dynamic" keeps the
+        # longest, Hugging Face's rule), the length the tables were built for, and the
+        # latest other frequencies (length, inv_freq, attention factor)
+        self._seq_len = self._table_len = self._original_length()
+        self._scaled: tuple[int, Tensor, float] | None = None
         # The tables are buffers so that .to(device) moves them. .to(torch.bfloat16)
-        # would round them too, so cos_sin rebuilds them whenever their dtype changed.
+        # would round them too, so _apply rebuilds them whenever their dtype changed.
         empty = torch.empty(0, rotary_dim // 2, dtype=dtype)
         self.register_buffer("cos_cached", empty, persistent=False)
         self.register_buffer("sin_cached", empty.clone(), persistent=False)
         if initial_positions > 0:
             self._build(initial_positions)
+
+    @classmethod
+    def from_hf_config(
+        cls,
+        config: Mapping[str, Any],
+        *,
+        head_dim: int | None = None,
+        layer_type: str | None = None,
+        **kwargs: Any,
+    ) -> RotaryEmbedding:
+        """The rotary embedding of a Hugging Face model, from its ``config.json`` as a dict.
+
+        ``RotaryEmbedding(**hf_rope_arguments(config, head_dim=head_dim,
+        layer_type=layer_type), **kwargs)``: the head and rotated widths, the base and the
+        scaling come from the config, read as transformers 5.23 reads it
+        (:func:`pecode.scaling.hf_rope_arguments` says how, and what it refuses). The
+        layout is the model's code, not its config: the default ``"half"`` is that of
+        transformers' Llama-like models, whose rotary embedding's ``forward(x,
+        position_ids)`` this module's :meth:`forward` then reproduces; pass
+        ``layout="interleaved"`` for a model that rotates adjacent pairs (GPT-J).
+
+        Args:
+            config: the model's ``config.json`` as a dict (``json.load``, or a
+                transformers config's ``to_dict()``).
+            head_dim: the per-head width, for configs that spell it in their own way.
+            layer_type: for a ``rope_parameters`` block per layer type, which one to read.
+            **kwargs: the other arguments of :class:`RotaryEmbedding` (``layout``,
+                ``initial_positions``, ``dtype``).
+
+        Raises:
+            TypeError, ValueError: as :func:`pecode.scaling.hf_rope_arguments` (each
+                message names the config key), or as :class:`RotaryEmbedding` for
+                ``kwargs``; ``TypeError`` for a keyword the config already sets
+                (``base``, ``scaling``, ...).
+        """
+        arguments = hf_rope_arguments(config, head_dim=head_dim, layer_type=layer_type)
+        clashes = sorted(set(arguments) & set(kwargs))
+        if clashes:
+            raise TypeError(
+                f"from_hf_config takes {clashes} from the config; pass only the other "
+                "arguments (layout, initial_positions, dtype)"
+            )
+        return cls(**arguments, **kwargs)
 
     @property
     def cached_positions(self) -> int:
@@ -588,66 +689,135 @@ class RotaryEmbedding(PositionScheme):
     def _frequencies(self, seq_len: int) -> tuple[Tensor, float]:
         if self.scaling is None:
             return rope_inv_freq(self.rotary_dim, self.base, dtype=torch.float64), 1.0
-        from pecode.scaling import rope_frequencies  # pecode.scaling imports this module
-
         params = dict(self.scaling_params)
-        if self.scaling == "dynamic":
+        if self.scaling in _PER_CALL_SCALING:
             params["seq_len"] = max(seq_len, 1)
         return rope_frequencies(
             self.scaling, self.rotary_dim, self.base, dtype=torch.float64, **params
         )
 
-    def _build(self, size: int) -> None:
-        # Angles in float64 on the CPU (a one-off cost; not every accelerator has
-        # float64), stored in table_dtype: float32 angles would be off by ~m * 6e-8.
-        inv_freq, attention_factor = self._frequencies(self._seq_len)
-        cos, sin = rope_cos_sin(torch.arange(size), inv_freq)
+    def _original_length(self) -> int:
+        """The trained length past which ``"dynamic"`` and ``"longrope"`` change their
+        frequencies (0 for the other kinds)."""
+        if self.scaling not in _PER_CALL_SCALING:
+            return 0
+        return self.scaling_params["original_max_position_embeddings"]
+
+    def _frequencies_at(self, length: int) -> tuple[Tensor, float]:
+        """The frequencies for sequences of ``length`` (``"dynamic"`` and ``"longrope"``
+        depend on it)."""
+        if length == self._original_length():  # kinds not in _PER_CALL_SCALING: 0 == 0
+            return self._inv_freq, self._attention_factor
+        if self._scaled is None or self._scaled[0] != length:  # O(rotary_dim)
+            with torch.device("cpu"):
+                self._scaled = (length, *self._frequencies(length))
+        return self._scaled[1], self._scaled[2]
+
+    def _rows(self, positions: Tensor, length: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """The table rows of ``positions`` for sequences of ``length``, on ``device``."""
+        # Angles in float64 on the CPU (not every accelerator has float64), stored in
+        # table_dtype: float32 angles would be off by ~m * 6e-8.
+        inv_freq, attention_factor = self._frequencies_at(length)
+        cos, sin = rope_cos_sin(positions.cpu(), inv_freq)
         cos, sin = cos * attention_factor, sin * attention_factor
-        device = self.cos_cached.device
-        self.cos_cached = cos.to(device=device, dtype=self.table_dtype)
-        self.sin_cached = sin.to(device=device, dtype=self.table_dtype)
+        return cos.to(device, self.table_dtype), sin.to(device, self.table_dtype)
+
+    def _build(self, size: int, device: torch.device | None = None) -> None:
+        device = self.cos_cached.device if device is None else device
+        if device.type == "meta":  # shapes only: to_empty() builds the values
+            self.cos_cached = torch.empty(
+                size, self.rotary_dim // 2, dtype=self.table_dtype, device=device
+            )
+            self.sin_cached = torch.empty_like(self.cos_cached)
+            return
+        positions = torch.arange(size, device="cpu")
+        self.cos_cached, self.sin_cached = self._rows(positions, self._table_len, device)
+
+    def reset_parameters(self) -> None:
+        """Rebuild the tables from the module's arguments; forget ``"dynamic"``'s length.
+
+        There is nothing learned to reset: the tables follow from the arguments. After a
+        build on the ``meta`` device, ``to_empty()`` already rebuilds them; this is for
+        code that calls ``reset_parameters`` on every module (FSDP's ``param_init_fn``,
+        say), and for starting a new sequence with ``"dynamic"`` scaling.
+        """
+        self._seq_len = self._table_len = self._original_length()
+        self._build(self.cached_positions)
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """Look up the tables for integer ``positions`` ([..., L] -> [..., L, rotary_dim/2]).
 
-        In eager mode the tables grow (doubling) to cover the largest position, which
-        reads the positions on the host (one synchronisation on a GPU). Under
+        In eager mode the tables grow (doubling) to cover the largest position, or, for
+        a position far past them, the call gets the rows of its positions alone; either
+        way this reads the positions on the host (one synchronisation on a GPU). Under
         ``torch.compile`` or ``torch.export`` nothing is read on the host: the tables must
         already cover every position (build them with ``initial_positions=``, or call
         the module once in eager mode), and an asynchronous device-side check raises
-        for a negative or uncovered position. ``"dynamic"`` scaling rebuilds its tables
-        from the sequence length, so it runs in eager mode only.
+        for a negative or uncovered position. ``"dynamic"`` and ``"longrope"`` scaling
+        take their frequencies from the largest position of the call, so they run in
+        eager mode only: a call that changes them builds new tables if it asks for at
+        least half the positions up to its largest (a prefill), else it gets the rows of
+        its own positions (a decoding step).
 
         Raises:
             TypeError: ``positions`` is not an integer tensor.
             ValueError: a position is negative (eager).
             RuntimeError: a position is negative or past the tables (compiled), or
-                ``"dynamic"`` scaling under the compiler.
+                ``"dynamic"`` or ``"longrope"`` scaling under the compiler.
         """
         check_integer_tensor("positions", positions)
         if torch.compiler.is_compiling():
             return self._lookup_compiled(positions)
         low, high = torch.stack(torch.aminmax(positions)).tolist() if positions.numel() else (0, -1)
         if low < 0:
-            raise ValueError("positions must be non-negative")
-        needed = high + 1
-        length = max(needed, self.scaling_params.get("original_max_position_embeddings", 0))
-        if self.scaling == "dynamic" and length != self._seq_len:
-            self._seq_len = length  # past the trained length the frequencies change
-            self._build(max(needed, self.cached_positions))
-        elif self.cos_cached.dtype != self.table_dtype:  # cast by Module.to(dtype)
-            self._build(max(needed, self.cached_positions))
+            raise ValueError(f"positions must be non-negative, got {low}")
+        if self.cos_cached.is_meta:  # left on "meta" by load_state_dict(assign=True)
+            self._build(self.cached_positions, positions.device)
+        elif self.cos_cached.dtype != self.table_dtype:  # cast by hand, not by Module.to
+            self._build(self.cached_positions)
+        device, needed, requested = self.cos_cached.device, high + 1, positions.numel()
+        length = self._table_len
+        if self.scaling in _PER_CALL_SCALING and requested:
+            length = self._call_length(needed)
+        if length != self._table_len:  # new frequencies: the tables are stale
+            if needed > 2 * requested:  # a decoding step: its own rows, O(1) per step
+                return self._rows(positions, length, device)
+            self._table_len = length  # a prefill: a new table, no larger than the call
+            self._build(needed)
         elif needed > self.cached_positions:
-            self._build(max(needed, 2 * self.cached_positions))  # doubling
-        index = positions.to(self.cos_cached.device)
+            size = max(needed, 2 * self.cached_positions)  # doubling
+            largest = max(self.cached_positions, requested, TABLE_ROWS_ALWAYS_CACHED)
+            if size > 2 * largest:  # far past the tables: this call's rows only
+                return self._rows(positions, length, device)
+            self._build(size)
+        index = positions.to(device)
         return self.cos_cached[index], self.sin_cached[index]
+
+    def _call_length(self, needed: int) -> int:
+        """The length whose frequencies a call needing positions ``0 .. needed - 1`` uses,
+        by Hugging Face's rules (``dynamic_rope_update`` in transformers).
+
+        ``"dynamic"``: the length grows with a call that needs more positions than any
+        before, and falls back to the trained length ``L0`` only when a call stays below
+        it. ``"longrope"``: ``L0 + 1`` (the long factors) when the call needs more than
+        ``L0`` positions, else ``L0`` (the short ones), whatever came before.
+        """
+        original = self._original_length()
+        if self.scaling == "longrope":
+            return original + 1 if needed > original else original
+        if needed > self._seq_len:
+            self._seq_len = needed
+        elif needed < original:
+            self._seq_len = original
+        return self._seq_len
 
     def _lookup_compiled(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """The table lookup the compiler sees: no host read, an asynchronous range check."""
-        if self.scaling == "dynamic":
+        if self.scaling in _PER_CALL_SCALING:
             raise RuntimeError(
-                "RotaryEmbedding(scaling='dynamic') rebuilds its tables from the sequence "
-                "length, which torch.compile/torch.export cannot follow: run it eagerly"
+                f"RotaryEmbedding(scaling={self.scaling!r}) chooses its frequencies from "
+                "the largest position of each call, which torch.compile/torch.export "
+                "cannot follow: run it eagerly"
             )
         index = positions.to(self.cos_cached.device)
         covered = (index >= 0).all() & (index < self.cached_positions).all()
@@ -660,21 +830,84 @@ class RotaryEmbedding(PositionScheme):
         return self.cos_cached[index], self.sin_cached[index]
 
     def _apply(self, fn: Any, recurse: bool = True) -> RotaryEmbedding:
-        # Module.to(torch.bfloat16) casts the buffers; rebuild the tables in table_dtype
-        # right away, so that a compiled model never sees rounded tables.
+        # Module.to(torch.bfloat16) casts the buffers, and to_empty() after a build on
+        # "meta" leaves them uninitialised: rebuild the tables in table_dtype right away,
+        # so that a compiled model never sees rounded or garbage tables.
+        was_meta = self.cos_cached.is_meta
         super()._apply(fn, recurse)
-        if self.cos_cached.dtype != self.table_dtype:
+        from_meta = was_meta and not self.cos_cached.is_meta
+        if from_meta or self.cos_cached.dtype != self.table_dtype:
             self._build(self.cached_positions)
         return self
 
+    def forward(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+        """Hugging Face's rotary call: full-width ``(cos, sin)`` for ``position_ids``.
+
+        The contract of ``LlamaRotaryEmbedding.forward`` in transformers: ``x`` only
+        sets the dtype and device of the result; each table has ``rotary_dim`` columns,
+        the half-width table repeated so that every feature sees the angle of its pair
+        (``cat((cos, cos), -1)`` for ``layout="half"``, ``repeat_interleave(2, -1)``
+        for ``"interleaved"``), and carries the scaling's attention factor. With the
+        half layout, rotate with transformers' ``apply_rotary_pos_emb`` (it adds the
+        head axis) or with ``apply_rope_rotate_half(x, cos[:, None], sin[:, None])``.
+        For a bfloat16 ``x`` the tables are rounded to bfloat16, as in transformers,
+        which costs accuracy (chapter 9); :meth:`rotate` keeps them in float32.
+
+        Shapes::
+
+            x:            floating, any shape (only its dtype and device are used)
+            position_ids: [B, L] (integer; any [..., L])
+            returns:      (cos, sin), each [B, L, rotary_dim], x's dtype and device
+
+        Raises:
+            TypeError: ``x`` is not a floating tensor or ``position_ids`` is not an
+                integer tensor.
+            ValueError: ``position_ids`` is 0-D or has a negative position.
+        """
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            what = x.dtype if isinstance(x, Tensor) else type(x).__name__
+            raise TypeError(f"x must be a floating torch.Tensor, got {what}")
+        check_integer_tensor("position_ids", position_ids)
+        if position_ids.dim() == 0:
+            raise ValueError("position_ids must have at least one dimension [..., L]")
+        cos, sin = self.cos_sin(position_ids)
+        if self.layout == "half":
+            cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+        else:
+            cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+        return cos.to(x.device, x.dtype), sin.to(x.device, x.dtype)
+
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        """Rotate ``x [B, H, L, head_dim]`` by ``positions [L]`` or ``[B, L]``."""
-        if x.shape[-1] != self.head_dim:
+        """Rotate ``x [B, H, L, head_dim]`` by ``positions [L]`` or ``[B, L]``.
+
+        Raises:
+            TypeError: ``x`` is not a tensor, or ``positions`` is not an integer tensor.
+            ValueError: ``x``'s last dimension is not ``head_dim``, or ``positions`` does
+                not have shape ``[L]`` or ``[B, L]`` for ``x``.
+        """
+        return self._rotate(x, positions, "x", "positions")
+
+    def _rotate(self, x: Tensor, positions: Tensor, name: str, positions_name: str) -> Tensor:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        check_positions(positions_name, positions)
+        if x.dim() < 2 or x.shape[-1] != self.head_dim:
             raise ValueError(
-                f"x's last dimension must be head_dim={self.head_dim}, got {x.shape[-1]}"
+                f"{name} of shape {tuple(x.shape)} does not end in head_dim={self.head_dim}, "
+                f"the head_dim this RotaryEmbedding was built for"
+            )
+        batch, length = x.shape[0], x.shape[-2]
+        batched = positions.dim() == 2
+        if positions.shape[-1] != length or (
+            batched and (x.dim() != 4 or positions.shape[0] not in (1, batch))
+        ):
+            raise ValueError(
+                f"{positions_name} must have shape [{length}] or [{batch}, {length}] to rotate "
+                f"{name} of shape {tuple(x.shape)} ([B, H, L, head_dim]), "
+                f"got {tuple(positions.shape)}"
             )
         cos, sin = self.cos_sin(positions)
-        if cos.dim() == 3:  # [B, L, r] -> [B, 1, L, r], shared by the heads
+        if batched:  # [B, L, r] -> [B, 1, L, r], shared by the heads
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         cos, sin = cos.to(x.device), sin.to(x.device)
         return apply_partial_rope(x, cos, sin, self.layout)
@@ -683,4 +916,7 @@ class RotaryEmbedding(PositionScheme):
         self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor
     ) -> tuple[Tensor, Tensor]:
         """Rotate ``q`` by ``q_positions`` and ``k`` by ``k_positions``."""
-        return self.rotate(q, q_positions), self.rotate(k, k_positions)
+        return (
+            self._rotate(q, q_positions, "q", "q_positions"),
+            self._rotate(k, k_positions, "k", "k_positions"),
+        )

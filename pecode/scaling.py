@@ -6,7 +6,8 @@ completed a turn in training, so at positions past ``L0`` they rotate to angles 
 model never saw. Every method here changes the frequencies (and some the logit scale)
 so that a longer context maps back into, or close to, the trained range:
 
-* ``"default"``: ``θ_i = base^(-2i/d)`` (RoFormer), via ``pecode.rope.rope_inv_freq``;
+* ``"default"``: ``θ_i = base^(-2i/d)`` (RoFormer), via
+  :func:`pecode.frequencies.rope_inv_freq`;
 * ``"linear"``: position interpolation, ``θ_i / s`` (Chen et al. 2023);
 * ``"ntk"``: NTK-aware, base ``b · s^(d/(d-2))`` (bloc97, described by Peng et al. 2023);
 * ``"dynamic"``: dynamic NTK, the NTK base with its factor grown from the current
@@ -19,6 +20,11 @@ so that a longer context maps back into, or close to, the trained range:
 * ``"llama3"``: the Llama 3.1 rule, three wavelength bands, smooth in the middle one
   (Meta's reference code, ``apply_scaling`` in meta-llama/llama-models; the Llama 3
   paper gives the base 500000 but not this rule);
+* ``"longrope"``: LongRoPE as Phi-3 uses it (Ding et al. 2024): every pair's frequency
+  divided by its own searched factor, from one list up to ``L0`` and another past it,
+  and a logit factor ``sqrt(1 + ln s / ln L0)``; the rule of transformers' ``"longrope"``;
+* ``"proportional"``: transformers' ``"proportional"`` rope type (Gemma 4): the leading
+  pairs rotate with the frequencies of the full head width, the others not at all;
 * ``"base_change"``: a new base ``rope_theta`` (LLaMA 2 Long: 500000; Code Llama: 1e6);
   the same frequencies as ``"default"`` with ``base=rope_theta``.
 
@@ -26,47 +32,62 @@ so that a longer context maps back into, or close to, the trained range:
 factor that multiplies both ``cos`` and ``sin`` tables, so that every attention logit
 ``q·k`` is multiplied by ``attention_factor ** 2`` (Peng et al. 2023, "length scaling").
 
-Hugging Face transformers. The kinds ``linear``, ``dynamic``, ``yarn`` and ``llama3`` are
-also rope types of transformers, and their parameters are spelled as in its
-``rope_scaling`` entries; ``ntk`` and ``base_change`` are not (in transformers a base
-change is the config's ``rope_theta`` with the default rule), and pecode has no
-``longrope`` or ``proportional``. Where pecode departs from transformers 5.23 (read in its
-``modeling_rope_utils.py``; ``tests/test_scaling.py`` checks each point):
+Hugging Face configs. :func:`frequencies_from_hf_config` and :func:`hf_rope_arguments`
+take a model's ``config.json``, loaded as a dict, as it is: its ``rope_scaling`` block
+(transformers 4 configs) or ``rope_parameters`` block (transformers 5 configs, which also
+hold ``rope_theta`` and ``partial_rotary_factor``), the older key ``type`` for
+``rope_type``, and every rope type of transformers 5.23 (``default``, ``linear``,
+``dynamic``, ``yarn``, ``longrope``, ``llama3``, ``proportional``). They translate the
+config into this module's arguments and give what transformers 5.23's
+``ROPE_INIT_FUNCTIONS`` give for it (``tests/test_hf_rope_configs.py`` checks every rope
+type on model-like configs). The translation reads a config as transformers 5.23 does:
 
-* every kind: pecode takes the current length, the head dimension and the base as
-  arguments, not from a config; it computes in float64, transformers in float32; it
-  raises on ``factor < 1``, where transformers logs a warning;
-* ``linear``: no other difference;
-* ``dynamic``: transformers takes ``L0`` from the config's top-level
-  ``max_position_embeddings`` (an ``original_max_position_embeddings`` in the block is
-  ignored); pecode requires ``original_max_position_embeddings``: pass the config's
-  ``max_position_embeddings`` there;
-* ``yarn``: transformers fills a missing ``original_max_position_embeddings`` from
-  ``max_position_embeddings``, and replaces a ``factor`` of ``None`` by their ratio;
-  pecode requires both. Given ``mscale`` without ``mscale_all_dim``, transformers
-  ignores ``mscale`` and uses ``0.1 ln s + 1``, while DeepSeek-V2's released code (whose
-  configs brought the two keys; its defaults are ``mscale=1``, ``mscale_all_dim=0``)
-  gives ``0.1 · mscale · ln s + 1``; pecode raises rather than choose, and an explicit
-  ``attention_factor`` settles it. transformers' ``truncate`` (``False`` in gpt-oss's
-  config: the ramp's ends are not rounded to whole pairs) is not implemented: pecode
-  always rounds them and rejects ``truncate``. A ``beta_fast`` or ``beta_slow`` of 0
-  means the default in transformers; pecode requires ``beta_fast > beta_slow > 0``;
-* ``llama3``: transformers fills a missing ``original_max_position_embeddings`` from
-  ``max_position_embeddings``; pecode requires it. The rule is the same.
+* the rotated width is ``int(head_dim * partial_rotary_factor)``;
+* ``dynamic``: ``L0`` is the top-level ``max_position_embeddings``;
+* ``yarn``, ``llama3``, ``longrope``: a missing ``original_max_position_embeddings`` is
+  the top-level one (Phi-3 keeps it there), else ``max_position_embeddings``; a
+  ``factor`` of ``None`` (yarn) or a missing one (longrope) is
+  ``max_position_embeddings / original_max_position_embeddings``;
+* ``yarn``: a ``beta_fast`` or ``beta_slow`` of ``None`` or 0 is the default (32, 1);
+  ``mscale`` without a nonzero ``mscale_all_dim`` is ignored (factor ``0.1 ln s + 1``;
+  DeepSeek-V2's released code, whose configs brought the two keys, would give
+  ``0.1 · mscale · ln s + 1``); ``truncate: false`` (gpt-oss) keeps the ramp's ends
+  unrounded, and ``truncate: null`` counts as false;
+* ``longrope``: Phi-3's older name ``"su"`` is read as ``"longrope"``, and so is
+  ``"yarn"`` when ``model_type`` is ``phi3`` (as Phi-3's configuration class reads them;
+  in transformers 5.23 that class then rejects a config whose
+  ``original_max_position_embeddings`` is at the top level, as Phi-3's are).
 
-One YaRN block has not always meant one thing in transformers either. pecode uses
-``factor`` as given and runs the ramp from ``original_max_position_embeddings``, as
-transformers does from release 4.56.0 (August 2025). Releases 4.43 to 4.50 (July 2024 to
-March 2025) ignored ``original_max_position_embeddings`` and ran the ramp from the
-top-level ``max_position_embeddings``; releases 4.51.0 to 4.55.x (April to August 2025)
-replaced ``factor`` by ``max_position_embeddings / original_max_position_embeddings``
-whenever the latter was set (transformers issue #38224, fixed by PR #40320).
+It refuses, with an error that names the key, what transformers accepts with a warning
+or resolves silently: a key no rope type takes (a close match is suggested), a value
+given twice that disagrees (``rope_theta`` in the block and at the top level), a factor
+below 1, a config with no ``rope_theta`` (transformers then uses its model class's
+default, which is not 10000 for every class) and multimodal ``mrope_section``.
+
+pecode's own kinds are stricter than transformers where a config could mean two things:
+they take the current length, the head dimension and the base as arguments, never from
+a config; they compute in float64 (transformers in float32); ``dynamic`` requires
+``original_max_position_embeddings`` (pass the config's ``max_position_embeddings``);
+``yarn`` and ``llama3`` require it too and ``yarn`` a ``factor``; ``yarn`` raises on
+``mscale`` without ``mscale_all_dim`` (pass ``attention_factor`` to choose) and on a
+``beta_fast`` or ``beta_slow`` of 0.
+
+One YaRN block has not always meant one thing in transformers. pecode uses ``factor``
+as given and runs the ramp from ``original_max_position_embeddings``, as transformers
+does from release 4.56.0 (August 2025). Releases 4.43 to 4.50 (July 2024 to March 2025)
+ignored ``original_max_position_embeddings`` and ran the ramp from the top-level
+``max_position_embeddings``; releases 4.51.0 to 4.55.x (April to August 2025) replaced
+``factor`` by ``max_position_embeddings / original_max_position_embeddings`` whenever
+the latter was set (transformers issue #38224, fixed by PR #40320). The key names moved
+as well: transformers 5.23 still reads a ``rope_scaling`` block and the key ``type``
+(its config classes convert both) but writes ``rope_parameters`` with ``rope_theta`` in it.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,12 +95,15 @@ import torch
 from torch import Tensor
 
 from pecode._checks import check_int
-from pecode.rope import rope_inv_freq
+from pecode.frequencies import check_rope_base, rope_inv_freq
 
 __all__ = [
+    "HF_ROPE_TYPES",
     "PUBLISHED_CONFIGS",
     "SCALING_KINDS",
     "ScalingKind",
+    "frequencies_from_hf_config",
+    "hf_rope_arguments",
     "rope_frequencies",
     "unseen_angle_pairs",
     "yarn_attention_factor",
@@ -101,6 +125,13 @@ def _factor(params: dict[str, Any]) -> float:
     if factor < 1.0:
         raise ValueError(f"factor must be >= 1 (the context is extended, not shrunk), got {factor}")
     return factor
+
+
+def _positive(name: str, value: Any) -> float:
+    value = _number(name, value)
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    return value
 
 
 def _ntk_exponent(dim: int) -> float:
@@ -171,7 +202,8 @@ def yarn_attention_factor(
     ``mscale`` without ``mscale_all_dim`` (or the reverse) raises: transformers then
     ignores ``mscale`` (``0.1 ln(s) + 1``), DeepSeek-V2's released code, whose default
     ``mscale_all_dim`` is 0, gives ``0.1 · mscale · ln(s) + 1``, and the two differ
-    unless ``mscale = 1``. Pass ``attention_factor`` to :func:`rope_frequencies` instead.
+    unless ``mscale = 1``. Pass ``attention_factor`` to :func:`rope_frequencies` instead
+    (:func:`frequencies_from_hf_config` reads such a config as transformers does).
 
     Raises:
         ValueError: only one of ``mscale``, ``mscale_all_dim`` is given.
@@ -188,8 +220,14 @@ def yarn_attention_factor(
 
 
 def yarn_correction_range(
-    dim: int, base: float, original_max_position_embeddings: int, beta_fast: float, beta_slow: float
-) -> tuple[int, int]:
+    dim: int,
+    base: float,
+    original_max_position_embeddings: int,
+    beta_fast: float,
+    beta_slow: float,
+    *,
+    truncate: bool = True,
+) -> tuple[float, float]:
     """The pair indices ``(low, high)`` between which YaRN's ramp runs.
 
     Pair ``i`` turns ``r_i = L0 / λ_i = L0 θ_i / (2π)`` times over the trained context
@@ -197,9 +235,12 @@ def yarn_correction_range(
     ``i(β) = d ln(L0 / (2π β)) / (2 ln b)``; ``low = floor(i(beta_fast))`` and
     ``high = ceil(i(beta_slow))``, clipped to ``[0, d - 1]`` as in the authors' code.
     Pairs ``i <= low`` keep their frequency; pairs ``i >= high`` are divided by ``s``.
+    With ``truncate=False`` (Hugging Face's ``truncate``, ``false`` in gpt-oss's config)
+    the two ends are not rounded: ``low = i(beta_fast)``, ``high = i(beta_slow)``, clipped.
 
     Raises:
         ValueError: a parameter is not positive, or ``beta_fast <= beta_slow``.
+        TypeError: ``truncate`` is not a bool.
     """
     beta_fast, beta_slow = _number("beta_fast", beta_fast), _number("beta_slow", beta_slow)
     if not beta_fast > beta_slow > 0:
@@ -207,12 +248,15 @@ def yarn_correction_range(
             f"need beta_fast > beta_slow > 0, got beta_fast={beta_fast}, beta_slow={beta_slow}"
         )
     original = check_int("original_max_position_embeddings", original_max_position_embeddings)
+    if not isinstance(truncate, bool):
+        raise TypeError(f"truncate must be a bool, got {type(truncate).__name__}")
 
     def pair_index(rotations: float) -> float:
         return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
 
-    low = math.floor(pair_index(beta_fast))
-    high = math.ceil(pair_index(beta_slow))
+    low, high = pair_index(beta_fast), pair_index(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
     return max(low, 0), min(high, dim - 1)
 
 
@@ -221,14 +265,17 @@ def _yarn(dim: int, base: float, params: dict[str, Any]) -> tuple[Tensor, float]
     # the pair index between the correction range, as in the authors' released code
     # (the paper's γ ramps linearly in r; the two agree outside the ramp).
     factor = _factor(params)
-    original = params["original_max_position_embeddings"]
+    beta_fast, beta_slow = params.get("beta_fast"), params.get("beta_slow")
     low, high = yarn_correction_range(
-        dim, base, original, params.get("beta_fast", 32.0), params.get("beta_slow", 1.0)
+        dim,
+        base,
+        params["original_max_position_embeddings"],
+        32.0 if beta_fast is None else beta_fast,  # the paper's α and β for LLaMA
+        1.0 if beta_slow is None else beta_slow,
+        truncate=True if params.get("truncate") is None else params["truncate"],
     )
     if params.get("attention_factor") is not None:
-        attention_factor = _number("attention_factor", params["attention_factor"])
-        if attention_factor <= 0:
-            raise ValueError(f"attention_factor must be positive, got {attention_factor}")
+        attention_factor = _positive("attention_factor", params["attention_factor"])
     else:
         attention_factor = yarn_attention_factor(
             factor, params.get("mscale"), params.get("mscale_all_dim")
@@ -265,10 +312,61 @@ def _llama3(dim: int, base: float, params: dict[str, Any]) -> tuple[Tensor, floa
     return torch.where(wavelength < original / high_freq_factor, inv_freq, result), 1.0
 
 
+def _factor_list(name: str, values: Any, length: int) -> Tensor:
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
+        raise TypeError(f"{name} must be a list of numbers, got {type(values).__name__}")
+    if len(values) != length:
+        raise ValueError(
+            f"{name} must have one factor per rotated pair, {length}, got {len(values)}"
+        )
+    return torch.tensor(
+        [_positive(f"{name}[{i}]", value) for i, value in enumerate(values)], dtype=torch.float64
+    )
+
+
+def _longrope(dim: int, base: float, params: dict[str, Any]) -> tuple[Tensor, float]:
+    # LongRoPE (Ding et al. 2024) as Phi-3 uses it and transformers' "longrope" computes
+    # it: θ_i / λ_i with one searched list λ for sequences up to L0 and another past L0,
+    # and the logit factor sqrt(1 + ln s / ln L0) for both.
+    original = check_int(
+        "original_max_position_embeddings", params["original_max_position_embeddings"], 2
+    )
+    seq_len = check_int("seq_len", params["seq_len"])
+    short = _factor_list("short_factor", params["short_factor"], dim // 2)
+    long = _factor_list("long_factor", params["long_factor"], dim // 2)
+    if params.get("attention_factor") is not None:
+        attention_factor = _positive("attention_factor", params["attention_factor"])
+    elif params.get("factor") is not None:
+        factor = _factor(params)
+        attention_factor = math.sqrt(1 + math.log(factor) / math.log(original))
+    else:
+        raise ValueError(
+            "longrope needs factor (its attention factor is sqrt(1 + ln factor / ln "
+            "original_max_position_embeddings)) or attention_factor"
+        )
+    rescale = long if seq_len > original else short
+    return rope_inv_freq(dim, base, dtype=torch.float64) / rescale, attention_factor
+
+
+def _proportional(dim: int, base: float, params: dict[str, Any]) -> tuple[Tensor, float]:
+    # transformers' "proportional" rope type (Gemma 4): the first
+    # int(partial_rotary_factor * dim // 2) pairs keep the frequencies of the full width
+    # d (exponent 2i/d, not 2i/(rotated width)); the others get frequency 0 (not
+    # rotated); all are divided by factor.
+    factor = 1.0 if params.get("factor") is None else _factor(params)
+    fraction = params.get("partial_rotary_factor")
+    fraction = 1.0 if fraction is None else _number("partial_rotary_factor", fraction)
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"partial_rotary_factor must be in [0, 1], got {fraction}")
+    inv_freq = rope_inv_freq(dim, base, dtype=torch.float64)
+    inv_freq[int(fraction * dim // 2) :] = 0.0
+    return inv_freq / factor, 1.0
+
+
 def _base_change(dim: int, base: float, params: dict[str, Any]) -> tuple[Tensor, float]:
     # Xiong et al. 2023 ("adjusted base frequency", 10000 -> 500000) and
     # Rozière et al. 2023 (Code Llama, 10000 -> 1e6): the trained base is replaced.
-    rope_theta = _number("rope_theta", params["rope_theta"])
+    rope_theta = check_rope_base("rope_theta", params["rope_theta"])
     return rope_inv_freq(dim, rope_theta, dtype=torch.float64), 1.0
 
 
@@ -295,13 +393,24 @@ SCALING_KINDS: dict[str, ScalingKind] = {
     "yarn": ScalingKind(
         _yarn,
         ("factor", "original_max_position_embeddings"),
-        ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor"),
+        ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"),
         "Peng et al. 2023 (YaRN)",
     ),
     "llama3": ScalingKind(
         _llama3,
         ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
         reference="Meta's Llama 3.1 reference code (meta-llama/llama-models, apply_scaling)",
+    ),
+    "longrope": ScalingKind(
+        _longrope,
+        ("short_factor", "long_factor", "original_max_position_embeddings", "seq_len"),
+        ("factor", "attention_factor"),
+        "Ding et al. 2024 (LongRoPE), as in Phi-3 and Hugging Face transformers' longrope",
+    ),
+    "proportional": ScalingKind(
+        _proportional,
+        optional=("factor", "partial_rotary_factor"),
+        reference="Hugging Face transformers' proportional rope type (Gemma 4)",
     ),
     "base_change": ScalingKind(
         _base_change,
@@ -310,6 +419,11 @@ SCALING_KINDS: dict[str, ScalingKind] = {
     ),
 }
 """Every kind by name, with its rule, its required and optional parameters and its reference."""
+
+
+def _did_you_mean(name: object, options: Any) -> str:
+    matches = difflib.get_close_matches(str(name), list(options), n=1)
+    return f" (did you mean {matches[0]!r}?)" if matches else ""
 
 
 def rope_frequencies(
@@ -321,7 +435,8 @@ def rope_frequencies(
     attention factor multiplies both the cos and the sin table, hence each rotated
     ``q`` and ``k``, hence every logit by its square.
 
-    Parameters by kind (required; *optional*):
+    Parameters by kind (required; *optional*; a parameter given as ``None`` counts as
+    not given):
 
     * ``default``: none;
     * ``linear``, ``ntk``: ``factor``;
@@ -329,11 +444,19 @@ def rope_frequencies(
       current length; default the original). Hugging Face's form; ``factor=1`` gives
       the YaRN paper's ``max(1, seq_len / original)``;
     * ``yarn``: ``factor``, ``original_max_position_embeddings``; *beta_fast* (32),
-      *beta_slow* (1), *mscale*, *mscale_all_dim*, *attention_factor*. ``factor`` is
-      used as given, never derived from a ``max_position_embeddings`` (which pecode does
-      not take; see the module docstring for what transformers did);
+      *beta_slow* (1), *mscale*, *mscale_all_dim*, *attention_factor*, *truncate*
+      (``True``: round the ramp's ends to whole pairs). ``factor`` is used as given,
+      never derived from a ``max_position_embeddings`` (which pecode does not take; see
+      the module docstring for what transformers did);
     * ``llama3``: ``factor``, ``low_freq_factor``, ``high_freq_factor``,
       ``original_max_position_embeddings``;
+    * ``longrope``: ``short_factor``, ``long_factor`` (``dim // 2`` positive numbers
+      each), ``original_max_position_embeddings``, ``seq_len`` (the current length:
+      ``long_factor`` applies when it exceeds the original); *factor* or
+      *attention_factor* (one of them is needed);
+    * ``proportional``: *factor* (1), *partial_rotary_factor* (1): the leading
+      ``int(partial_rotary_factor * dim // 2)`` pairs rotate, the others have
+      frequency 0;
     * ``base_change``: ``rope_theta`` (the new base).
 
     Shapes::
@@ -346,28 +469,36 @@ def rope_frequencies(
         base: the trained base ``b`` (10000 in RoFormer).
         dtype: float32 (default) or float64.
         **params: the kind's parameters, spelled as in Hugging Face ``rope_scaling``
-            (the module docstring lists where transformers reads them differently).
+            (the module docstring lists where transformers reads them differently;
+            :func:`frequencies_from_hf_config` reads a config as transformers does).
 
     Raises:
-        ValueError: unknown ``kind`` (the message lists the kinds), a missing or unknown
-            parameter (the message lists what the kind accepts), or an invalid value
-            (``factor < 1``, ``beta_fast <= beta_slow``, ``high_freq_factor <=
-            low_freq_factor``, ``dim < 4`` for the NTK rules, ...).
-        TypeError: a parameter has the wrong type, or ``dtype`` is not float32/float64.
+        ValueError: unknown ``kind`` or parameter (the message suggests a close
+            spelling and lists what the kind accepts), a missing parameter, or an
+            invalid value (``factor < 1``, ``beta_fast <= beta_slow``,
+            ``high_freq_factor <= low_freq_factor``, ``dim < 4`` for the NTK rules, a
+            factor list of the wrong length, ...).
+        TypeError: ``kind`` is not a str, a parameter has the wrong type, or ``dtype``
+            is not float32/float64.
     """
+    if not isinstance(kind, str):
+        raise TypeError(f"kind must be a str, got {type(kind).__name__}")
     if kind not in SCALING_KINDS:
-        raise ValueError(f"unknown scaling kind {kind!r}; accepted kinds: {sorted(SCALING_KINDS)}")
+        raise ValueError(
+            f"unknown scaling kind {kind!r}{_did_you_mean(kind, SCALING_KINDS)}; "
+            f"accepted kinds: {sorted(SCALING_KINDS)}"
+        )
     spec = SCALING_KINDS[kind]
     accepted = spec.required + spec.optional
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:  # before the missing ones: a misspelt name is both
+        raise ValueError(
+            f"scaling kind {kind!r} does not take {unknown}{_did_you_mean(unknown[0], accepted)}; "
+            f"it accepts {list(accepted) or 'no parameters'}"
+        )
     missing = [name for name in spec.required if params.get(name) is None]
     if missing:
         raise ValueError(f"scaling kind {kind!r} needs {list(spec.required)}; missing {missing}")
-    unknown = sorted(set(params) - set(accepted))
-    if unknown:
-        raise ValueError(
-            f"scaling kind {kind!r} does not take {unknown}; "
-            f"it accepts {list(accepted) or 'no parameters'}"
-        )
     if dtype not in (torch.float32, torch.float64):
         raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
     rope_inv_freq(dim, base)  # validates dim and base with the contract's messages
@@ -435,3 +566,377 @@ def unseen_angle_pairs(
     seen = original_length * trained
     reach = length * inv_freq.to(torch.float64)
     return (seen < 2 * math.pi) & (reach > seen * (1 + 1e-9))
+
+
+# ----------------------------------------------------------------- Hugging Face configs
+
+HF_ROPE_TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "default": ((), ()),
+    "linear": (("factor",), ()),
+    "dynamic": (("factor",), ("original_max_position_embeddings",)),
+    "yarn": (
+        ("factor",),
+        (
+            "original_max_position_embeddings",
+            "attention_factor",
+            "beta_fast",
+            "beta_slow",
+            "mscale",
+            "mscale_all_dim",
+            "truncate",
+        ),
+    ),
+    "longrope": (
+        ("short_factor", "long_factor"),
+        ("original_max_position_embeddings", "factor", "attention_factor"),
+    ),
+    "llama3": (
+        ("factor", "low_freq_factor", "high_freq_factor"),
+        ("original_max_position_embeddings",),
+    ),
+    "proportional": ((), ("factor",)),
+}
+"""The rope types of Hugging Face transformers 5.23, each with the keys its block must
+hold and the keys it may hold, besides ``rope_type`` (or the older ``type``),
+``rope_theta`` and ``partial_rotary_factor``, which any block may hold. These are the keys
+of transformers' ``_validate_<type>_rope_parameters``, except that
+``original_max_position_embeddings`` may be missing where transformers fills it in from
+the top level, and that ``dynamic`` may repeat it (transformers ignores it there; pecode
+takes it only if it equals ``max_position_embeddings``). Each rope type is the
+:data:`SCALING_KINDS` entry of the same name."""
+
+_HF_ANY_BLOCK = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
+_HF_LONGROPE_MODELS = ("phi3", "phi4_multimodal")  # whose config classes read "yarn" as longrope
+
+
+def _agreed(name: str, *sources: tuple[str, Any]) -> Any:
+    """The value a config gives for ``name`` in one or more places (``None`` if none);
+    places that disagree raise, where transformers would silently prefer one."""
+    given = [(where, value) for where, value in sources if value is not None]
+    if any(value != given[0][1] for _, value in given[1:]):
+        places = ", ".join(f"{where}={value!r}" for where, value in given)
+        raise ValueError(f"{name} is given twice with different values: {places}")
+    return given[0][1] if given else None
+
+
+def _hf_block(config: Mapping[str, Any], layer_type: str | None) -> tuple[str, dict[str, Any]]:
+    blocks = [key for key in ("rope_parameters", "rope_scaling") if config.get(key) is not None]
+    if len(blocks) == 2 and config["rope_parameters"] != config["rope_scaling"]:
+        raise ValueError("config has both rope_parameters and rope_scaling, and they differ")
+    if not blocks:
+        if layer_type is not None:
+            raise ValueError(f"layer_type={layer_type!r} given, but the config has no rope block")
+        return "rope_parameters", {}
+    where, block = blocks[0], config[blocks[0]]
+    if not isinstance(block, Mapping):
+        raise TypeError(f"{where} must be a dict, got {type(block).__name__}")
+    nested = (
+        block
+        and "rope_type" not in block
+        and "type" not in block
+        and all(value is None or isinstance(value, Mapping) for value in block.values())
+    )
+    if nested:  # transformers 5: one block per layer type (Gemma 3: full/sliding attention)
+        if layer_type not in block:
+            raise ValueError(
+                f"{where} holds one block per layer type, {sorted(block)}: pass layer_type= "
+                f"one of them (got {layer_type!r})"
+            )
+        return f"{where}[{layer_type!r}]", dict(block[layer_type] or {})
+    if layer_type is not None:
+        raise ValueError(
+            f"layer_type={layer_type!r} given, but {where} is one block for all layers"
+        )
+    return where, dict(block)
+
+
+def _hf_rope_type(block: dict[str, Any], where: str, model_type: Any) -> str:
+    rope_type = _agreed(
+        "rope_type",
+        (f"{where}['rope_type']", block.get("rope_type")),
+        (f"{where}['type']", block.get("type")),
+    )
+    rope_type = "default" if rope_type is None else rope_type
+    if not isinstance(rope_type, str):
+        raise TypeError(f"{where}['rope_type'] must be a str, got {type(rope_type).__name__}")
+    if rope_type == "su" or (rope_type == "yarn" and model_type in _HF_LONGROPE_MODELS):
+        rope_type = "longrope"  # Phi-3's older names, as its configuration class reads them
+    if "mrope_section" in block:
+        raise ValueError(
+            f"{where} has mrope_section: multimodal RoPE (Qwen2-VL) rotates sections of the "
+            "head by different position axes, which pecode does not implement"
+        )
+    if rope_type not in HF_ROPE_TYPES:
+        raise ValueError(
+            f"unknown rope_type {rope_type!r} in {where}{_did_you_mean(rope_type, HF_ROPE_TYPES)}; "
+            f"the rope types of transformers 5.23: {list(HF_ROPE_TYPES)}"
+        )
+    required, optional = HF_ROPE_TYPES[rope_type]
+    accepted = _HF_ANY_BLOCK + required + optional
+    unknown = [key for key in block if key not in accepted]
+    if unknown:  # a misspelt key first: a misspelt rope_type makes the others unknown too
+        key = min(unknown, key=lambda key: not _did_you_mean(key, accepted))
+        raise ValueError(
+            f"{where} has the key {key!r}{_did_you_mean(key, accepted)}, which rope_type "
+            f"{rope_type!r} does not take; it takes {sorted(accepted)}"
+        )
+    missing = [key for key in required if key not in block]
+    if missing:
+        raise ValueError(
+            f"{where} with rope_type {rope_type!r} needs {list(required)}; missing {missing}"
+        )
+    return rope_type
+
+
+def _hf_head_dim(config: Mapping[str, Any], head_dim: int | None) -> int:
+    # The width RoPE applies to: DeepSeek's multi-head latent attention rotates only
+    # qk_rope_head_dim features (its transformers config sets head_dim to it).
+    if config.get("qk_rope_head_dim") is not None:
+        where, value = "qk_rope_head_dim", config["qk_rope_head_dim"]
+    elif config.get("head_dim") is not None:
+        where, value = "head_dim", config["head_dim"]
+    elif config.get("hidden_size") is not None and config.get("num_attention_heads") is not None:
+        hidden = check_int("hidden_size", config["hidden_size"])
+        heads = check_int("num_attention_heads", config["num_attention_heads"])
+        where, value = "hidden_size // num_attention_heads", hidden // heads
+    else:
+        where, value = None, None
+    value = _agreed("head_dim", (f"config's {where}", value), ("head_dim argument", head_dim))
+    if value is None:
+        raise ValueError(
+            "head_dim: the config has no qk_rope_head_dim, head_dim, or hidden_size and "
+            "num_attention_heads; pass head_dim="
+        )
+    return check_int("head_dim", value)
+
+
+def _hf_max_positions(config: Mapping[str, Any], why: str) -> int:
+    value = config.get("max_position_embeddings")
+    if value is None:
+        raise ValueError(f"max_position_embeddings: the config has none, and {why}")
+    return check_int("max_position_embeddings", value)
+
+
+def _hf_ratio(config: Mapping[str, Any], original: int, rope_type: str) -> float:
+    # transformers' factor when the block gives none: the extended over the trained length
+    maximum = _hf_max_positions(config, f"{rope_type} with no factor needs it (factor = ratio)")
+    if maximum < original:
+        raise ValueError(
+            f"factor = max_position_embeddings / original_max_position_embeddings = "
+            f"{maximum} / {original} is below 1"
+        )
+    return maximum / original
+
+
+def hf_rope_arguments(
+    config: Mapping[str, Any], *, head_dim: int | None = None, layer_type: str | None = None
+) -> dict[str, Any]:
+    """A Hugging Face ``config.json``, loaded as a dict, as ``RotaryEmbedding`` arguments.
+
+    The config is taken as it is (the module docstring lists how it is read): its
+    ``rope_parameters`` or ``rope_scaling`` block, ``rope_theta``,
+    ``partial_rotary_factor`` (or GPT-NeoX's ``rotary_pct`` and ``rotary_emb_base``),
+    ``max_position_embeddings`` and ``original_max_position_embeddings``, and for the
+    head width ``qk_rope_head_dim`` (DeepSeek), else ``head_dim``, else
+    ``hidden_size // num_attention_heads``. A block alone can be passed as
+    ``{"rope_parameters": block, "head_dim": ..., "max_position_embeddings": ...}``.
+    A missing ``partial_rotary_factor`` means 1, transformers' generic default; a model
+    class with another default (GPT-NeoX's ``rotary_pct`` 0.25) needs the key in the
+    config, as the configs transformers writes have it. Only the frequencies are read:
+    the layout (GPT-J's and DeepSeek's interleaved pairs) and any extra softmax scale
+    (DeepSeek multiplies it by ``yarn_get_mscale(factor, mscale_all_dim) ** 2``) are the
+    model's code, not its RoPE config.
+
+    Returns a dict with ``head_dim``, ``rotary_dim`` (``int(head_dim *
+    partial_rotary_factor)``; ``head_dim`` for ``proportional``), ``base`` (the
+    ``rope_theta``), ``scaling`` (a kind of :data:`SCALING_KINDS`, named as the rope
+    type) and ``scaling_params`` (that kind's parameters, without ``seq_len``: the
+    current length is the caller's, for ``dynamic`` and ``longrope``;
+    :class:`~pecode.rope.RotaryEmbedding` takes it from the positions of each call).
+    ``RotaryEmbedding.from_hf_config(config)`` builds the module from them.
+
+    Args:
+        config: the model's ``config.json`` as a dict (``json.load``, or a transformers
+            config's ``to_dict()``).
+        head_dim: the per-head width, for configs that spell it in their own way
+            (GPT-J's ``n_embd / n_head``); it must agree with the config's if both give one.
+        layer_type: for a ``rope_parameters`` block per layer type (transformers 5
+            configs of Gemma 3 and others): which one to read.
+
+    Raises:
+        TypeError: ``config`` is not a dict, or a value has the wrong type.
+        ValueError: a key no rope type takes (the message suggests a close spelling), a
+            required key missing, an unknown ``rope_type``, a value given twice with
+            different values, no ``rope_theta``, or a value :func:`rope_frequencies`
+            rejects; each message names the key.
+    """
+    if not isinstance(config, Mapping):
+        raise TypeError(
+            f"config must be a dict (a loaded config.json), got {type(config).__name__}"
+        )
+    no_block = config.get("rope_parameters") is None and config.get("rope_scaling") is None
+    if no_block and ("rope_type" in config or "type" in config):
+        raise ValueError(
+            "config looks like a rope block alone: pass the whole config.json, or "
+            "{'rope_parameters': block, 'head_dim': ..., 'max_position_embeddings': ...}"
+        )
+    where, block = _hf_block(config, layer_type)
+    rope_type = _hf_rope_type(block, where, config.get("model_type"))
+
+    theta = _agreed(
+        "rope_theta",
+        (f"{where}['rope_theta']", block.get("rope_theta")),
+        ("rope_theta", config.get("rope_theta")),
+        ("rotary_emb_base", config.get("rotary_emb_base")),
+    )
+    if theta is None:
+        raise ValueError(
+            "rope_theta: the config gives none (transformers then uses its model class's "
+            "default_theta, which is not 10000 for every class); add it to the config"
+        )
+    base = check_rope_base("rope_theta", theta)
+    head_dim = _hf_head_dim(config, head_dim)
+    fraction = _agreed(
+        "partial_rotary_factor",
+        (f"{where}['partial_rotary_factor']", block.get("partial_rotary_factor")),
+        ("partial_rotary_factor", config.get("partial_rotary_factor")),
+        ("rotary_pct", config.get("rotary_pct")),
+    )
+    fraction = 1.0 if fraction is None else _number("partial_rotary_factor", fraction)
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"partial_rotary_factor must be in (0, 1], got {fraction}")
+
+    params: dict[str, Any] = {}
+    rotary_dim = int(head_dim * fraction)
+    if rope_type == "proportional":
+        rotary_dim, params["partial_rotary_factor"] = head_dim, fraction
+    elif rotary_dim < 2 or rotary_dim % 2:
+        raise ValueError(
+            f"partial_rotary_factor={fraction} with head_dim={head_dim} rotates "
+            f"int({head_dim} * {fraction}) = {rotary_dim} features; RoPE needs a positive even "
+            "number"
+        )
+
+    def original_length() -> int:
+        value = _agreed(
+            "original_max_position_embeddings",
+            (
+                f"{where}['original_max_position_embeddings']",
+                block.get("original_max_position_embeddings"),
+            ),
+            ("original_max_position_embeddings", config.get("original_max_position_embeddings")),
+        )
+        if value is None:
+            return _hf_max_positions(config, f"{rope_type} needs a trained length")
+        return check_int("original_max_position_embeddings", value)
+
+    if rope_type in ("linear", "llama3", "proportional") and block.get("factor") is not None:
+        params["factor"] = block["factor"]
+    if rope_type == "llama3":
+        params["low_freq_factor"] = block["low_freq_factor"]
+        params["high_freq_factor"] = block["high_freq_factor"]
+        params["original_max_position_embeddings"] = original_length()
+    elif rope_type == "dynamic":
+        trained = _hf_max_positions(config, "dynamic reads the trained length from it")
+        if block.get("original_max_position_embeddings") not in (None, trained):
+            raise ValueError(
+                f"{where}['original_max_position_embeddings']="
+                f"{block['original_max_position_embeddings']!r} differs from "
+                f"max_position_embeddings={trained}: transformers' dynamic rope type reads the "
+                "trained length from max_position_embeddings and ignores the block's value"
+            )
+        params.update(factor=block["factor"], original_max_position_embeddings=trained)
+    elif rope_type == "yarn":
+        original = original_length()
+        factor = block["factor"]
+        params["factor"] = _hf_ratio(config, original, rope_type) if factor is None else factor
+        params["original_max_position_embeddings"] = original
+        for key in ("beta_fast", "beta_slow"):
+            if block.get(key) not in (None, 0):  # transformers: `or` its default
+                params[key] = block[key]
+        mscales = {key: block.get(key) for key in ("mscale", "mscale_all_dim")}
+        for key, value in mscales.items():
+            if value is not None:
+                _number(key, value)
+        if block.get("attention_factor") is not None:
+            params["attention_factor"] = block["attention_factor"]
+        elif mscales["mscale"] and mscales["mscale_all_dim"]:  # else transformers ignores them
+            params.update(mscales)
+        if "truncate" in block:
+            truncate = block["truncate"]
+            if truncate is not None and not isinstance(truncate, bool):
+                raise TypeError(f"truncate must be a bool, got {type(truncate).__name__}")
+            params["truncate"] = bool(truncate)  # transformers tests its truth: null is false
+    elif rope_type == "longrope":
+        original = original_length()
+        params.update(
+            short_factor=block["short_factor"],
+            long_factor=block["long_factor"],
+            original_max_position_embeddings=original,
+        )
+        if block.get("attention_factor") is not None:
+            params["attention_factor"] = block["attention_factor"]
+        factor = block.get("factor")
+        if factor is None and config.get("max_position_embeddings") is not None:
+            factor = _hf_ratio(config, original, rope_type)
+        if factor is not None:
+            params["factor"] = factor
+
+    checked = (
+        {"seq_len": params["original_max_position_embeddings"]} if rope_type == "longrope" else {}
+    )
+    rope_frequencies(rope_type, rotary_dim, base, dtype=torch.float64, **params, **checked)
+    return {
+        "head_dim": head_dim,
+        "rotary_dim": rotary_dim,
+        "base": base,
+        "scaling": rope_type,
+        "scaling_params": params,
+    }
+
+
+def frequencies_from_hf_config(
+    config: Mapping[str, Any],
+    *,
+    head_dim: int | None = None,
+    seq_len: int | None = None,
+    layer_type: str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[Tensor, float]:
+    """The frequencies and attention factor a Hugging Face ``config.json`` gives.
+
+    What transformers 5.23's ``ROPE_INIT_FUNCTIONS[rope_type](config, device,
+    seq_len=seq_len)`` returns for the same config (for ``default``, what the model's
+    rotary embedding computes), in float64 rounded to ``dtype`` rather than in float32.
+    :func:`hf_rope_arguments` says how the config is read.
+
+    Shapes::
+
+        returns: (inv_freq [rotary_dim // 2] in ``dtype``, attention_factor: float)
+
+    Args:
+        config: the model's ``config.json`` as a dict.
+        head_dim: the per-head width, if the config does not give it in a key
+            :func:`hf_rope_arguments` reads.
+        seq_len: the current sequence length (the largest position + 1). Used by
+            ``dynamic`` (past ``max_position_embeddings`` the base grows) and
+            ``longrope`` (past ``original_max_position_embeddings`` the long factors
+            apply); ``None`` gives what transformers builds at initialisation, the
+            trained length. Other rope types do not depend on it.
+        layer_type: for a ``rope_parameters`` block per layer type, which one to read.
+        dtype: float32 (default) or float64.
+
+    Raises:
+        TypeError, ValueError: as :func:`hf_rope_arguments`; ``seq_len`` not a positive int.
+    """
+    arguments = hf_rope_arguments(config, head_dim=head_dim, layer_type=layer_type)
+    kind, params = arguments["scaling"], dict(arguments["scaling_params"])
+    if seq_len is not None:
+        check_int("seq_len", seq_len)
+    if kind == "dynamic" and seq_len is not None:
+        params["seq_len"] = seq_len
+    if kind == "longrope":
+        params["seq_len"] = (
+            params["original_max_position_embeddings"] if seq_len is None else seq_len
+        )
+    return rope_frequencies(kind, arguments["rotary_dim"], arguments["base"], dtype=dtype, **params)

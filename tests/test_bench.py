@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from pecode import bench
-from pecode.reference.rope import rope_loop
 from pecode.bench import peak_tensor_memory
+from pecode.reference.rope import rope_loop
 from pecode.rope import apply_rope
 
 

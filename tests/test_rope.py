@@ -128,8 +128,10 @@ def test_cos_sin_errors():
         rope_cos_sin(torch.tensor(3), inv)
     with pytest.raises(TypeError, match="positions"):
         rope_cos_sin(torch.ones(3, dtype=torch.bool), inv)
-    with pytest.raises(TypeError, match="positions"):
+    with pytest.raises(TypeError, match=r"positions must be a torch\.Tensor, got list"):
         rope_cos_sin([0, 1], inv)
+    with pytest.raises(TypeError, match=r"inv_freq must be a torch\.Tensor, got list"):
+        rope_cos_sin(torch.arange(3), [1.0, 0.1])
     with pytest.raises(TypeError, match="compute_dtype"):
         rope_cos_sin(torch.arange(3), inv, compute_dtype=torch.int32)
 
@@ -244,6 +246,47 @@ def test_apply_rope_errors():
         apply_rope(x, cos.long(), sin)
     with pytest.raises(ValueError, match="x"):
         apply_rope(torch.randn(4), cos, sin)
+
+
+@pytest.mark.parametrize(("batch", "heads"), [(4, 4), (2, 3)], ids=["B == H", "B != H"])
+def test_batched_tables_need_a_head_axis(batch, heads):
+    # rope_cos_sin(positions [B, L]) gives [B, L, dim/2]; against x [B, H, L, dim] its B
+    # lines up with H. With B == H the old code rotated head h of every row by row h's
+    # positions, silently; it must be refused, and cos[:, None] does the right thing.
+    x = torch.randn(batch, heads, 5, 8, dtype=torch.float64)
+    positions = torch.randint(0, 1000, (batch, 5))
+    inv = rope_inv_freq(8, dtype=torch.float64)
+    cos, sin = rope_cos_sin(positions, inv)
+    with pytest.raises(ValueError, match=r"add the head axis \(cos\[:, None\]"):
+        apply_rope(x, cos, sin)
+    with pytest.raises(ValueError, match="head axis"):
+        apply_partial_rope(x, cos[..., :2], sin[..., :2])
+    full = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+    with pytest.raises(ValueError, match=r"cos_full\[:, None\]"):
+        apply_rope_rotate_half(x, *full)
+    with pytest.raises(ValueError, match=r"positions\[:, None\]"):
+        apply_rope_complex(x, positions, inv, layout="half")
+    want = torch.stack([rope_loop(x[b], positions[b], layout="half") for b in range(batch)])
+    assert torch.allclose(apply_rope(x, cos[:, None], sin[:, None]), want, atol=1e-12)
+    assert torch.allclose(apply_rope_rotate_half(x, full[0][:, None], full[1][:, None]), want)
+    got = apply_rope_complex(x, positions[:, None], inv, layout="half")
+    assert torch.allclose(got, want, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_apply_rope_on_an_empty_batch_in_half_precision(dtype, layout):
+    # float32 tables rotate a 16-bit x in float32: the kernels' path, which divided by the
+    # batch size (ZeroDivisionError) for an empty batch
+    cos, sin = rope_cos_sin(torch.arange(3), rope_inv_freq(8))
+    x = torch.empty(0, 2, 3, 8, dtype=dtype)
+    out = apply_rope(x, cos, sin, layout)
+    assert out.shape == x.shape
+    assert out.dtype == dtype
+    assert apply_rope(x, cos, sin, layout, out=torch.empty_like(x)).shape == x.shape
+
+
+# --- the other forms of the same map -------------------------------------------------
 
 
 # --- the other forms of the same map -------------------------------------------------
@@ -395,6 +438,46 @@ def test_rotary_embedding_errors():
         rotary.cos_sin(torch.tensor([1.0]))
     with pytest.raises(ValueError, match="head_dim"):
         rotary.rotate(torch.zeros(1, 1, 2, 6), torch.arange(2))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"initial_positions": -5}, ValueError, "initial_positions must be non-negative"),
+        ({"initial_positions": 10.5}, TypeError, "initial_positions must be an int"),
+        ({"initial_positions": True}, TypeError, "initial_positions must be an int"),
+        ({"base": float("inf")}, ValueError, "base must be finite"),
+        ({"base": float("nan")}, ValueError, "base must be finite"),
+        ({"base": "10000"}, TypeError, "base must be a real number"),
+        ({"scaling": 2}, TypeError, "scaling must be a str"),
+        ({"scaling": "linear", "scaling_params": [("factor", 2.0)]}, TypeError, "scaling_params"),
+    ],
+)
+def test_rotary_embedding_refuses_bad_arguments(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        RotaryEmbedding(8, **kwargs)
+
+
+def test_rotary_embedding_names_the_users_arguments():
+    rotary = RotaryEmbedding(8)
+    x = torch.zeros(2, 1, 3, 8)
+    with pytest.raises(TypeError, match=r"positions must be a torch\.Tensor, got list"):
+        rotary.cos_sin([0, 1, 2])
+    with pytest.raises(TypeError, match=r"positions must be a torch\.Tensor, got list"):
+        rotary.rotate(x, [0, 1, 2])
+    # the wrong number of positions: the old message spoke of cos/sin tables
+    with pytest.raises(ValueError, match=r"^positions must have shape \[3\] or \[2, 3\]"):
+        rotary.rotate(x, torch.arange(4))
+    with pytest.raises(ValueError, match=r"^positions must have shape \[3\] or \[2, 3\]"):
+        rotary.rotate(x, torch.zeros(3, 3, dtype=torch.long))  # another batch size
+    with pytest.raises(ValueError, match=r"^positions must have shape"):
+        rotary.rotate(x[0], torch.zeros(2, 3, dtype=torch.long))  # [B, L] for a 3-D x
+    # inside attention the per-head tensors are q and k, not the user's x
+    q, k, positions = torch.zeros(1, 2, 3, 6), torch.zeros(1, 2, 3, 8), torch.arange(3)
+    with pytest.raises(ValueError, match=r"^q of shape \(1, 2, 3, 6\) does not end in head_dim=8"):
+        rotary.transform_qk(q, k, positions, positions)
+    with pytest.raises(ValueError, match=r"^k_positions must have shape \[3\]"):
+        rotary.transform_qk(k, k, positions, torch.arange(4))
 
 
 def make_rope_layer(layout="half", rotary_dim=None, seed=0, dtype=torch.float64):

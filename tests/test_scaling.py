@@ -23,6 +23,7 @@ from pecode.reference.scaling import (
 )
 from pecode.rope import rope_cos_sin, rope_inv_freq
 from pecode.scaling import (
+    HF_ROPE_TYPES,
     PUBLISHED_CONFIGS,
     SCALING_KINDS,
     rope_frequencies,
@@ -355,14 +356,16 @@ def test_hugging_face_shaped_blocks_give_hugging_faces_frequencies(name):
 
 
 def test_kinds_shared_with_hugging_face():
-    # The module docstring's list: four kinds in common; transformers' longrope and
-    # proportional are not in pecode; pecode's ntk and base_change are not rope types there.
+    # The module docstring's list: every rope type of transformers (its functions, plus
+    # "default", which each model's rotary embedding computes) is a kind of pecode and an
+    # entry of HF_ROPE_TYPES; pecode's ntk and base_change are not rope types there.
     pytest.importorskip("transformers")
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    assert set(ROPE_INIT_FUNCTIONS) & set(SCALING_KINDS) == {"linear", "dynamic", "yarn", "llama3"}
-    assert {"longrope", "proportional"} <= set(ROPE_INIT_FUNCTIONS) - set(SCALING_KINDS)
-    assert {"ntk", "base_change"} <= set(SCALING_KINDS) - set(ROPE_INIT_FUNCTIONS)
+    hf_types = set(ROPE_INIT_FUNCTIONS) | {"default"}
+    assert hf_types == set(HF_ROPE_TYPES)
+    assert hf_types <= set(SCALING_KINDS)
+    assert set(SCALING_KINDS) - hf_types == {"ntk", "base_change"}
 
 
 def test_hugging_face_blocks_that_pecode_reads_differently():
@@ -394,13 +397,18 @@ def test_hugging_face_blocks_that_pecode_reads_differently():
     with pytest.raises(ValueError, match="original_max_position_embeddings"):
         freqs("llama3", base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0)
     # yarn with truncate=False (gpt-oss): transformers keeps the ramp's real-valued ends,
-    # which changes the ramp's pairs; pecode does not take truncate
+    # which changes the ramp's pairs; pecode takes truncate as transformers reads it
     hf_untruncated, _ = _hugging_face_block({**block, "truncate": False}, 4 * l0)
-    assert not torch.allclose(
-        hf_untruncated, freqs("yarn", **_pecode_arguments(block, 0)[1])[0], rtol=1e-3
-    )
-    with pytest.raises(ValueError, match="does not take \\['truncate'\\]"):
-        freqs("yarn", factor=s, original_max_position_embeddings=l0, truncate=False)
+    params = _pecode_arguments(block, 0)[1]
+    assert not torch.allclose(hf_untruncated, freqs("yarn", **params)[0], rtol=1e-3)
+    untruncated = freqs("yarn", **params, truncate=False)[0]
+    assert torch.allclose(hf_untruncated, untruncated, rtol=1e-6, atol=0.0)
+    # a beta of 0 means the default in transformers; pecode raises (None is the default)
+    hf_zero, _ = _hugging_face_block({**block, "beta_fast": 0}, 4 * l0)
+    assert torch.allclose(hf_zero, freqs("yarn", **params)[0], rtol=1e-6, atol=0.0)
+    assert torch.equal(freqs("yarn", **params, beta_fast=None)[0], freqs("yarn", **params)[0])
+    with pytest.raises(ValueError, match="beta_fast > beta_slow > 0"):
+        freqs("yarn", **params, beta_fast=0)
 
 
 def test_yarn_temperature_formula_values():
@@ -536,7 +544,15 @@ def test_registry_lists_the_contract_kinds():
             "high_freq_factor > low_freq_factor",
         ),
         ("dynamic", {"factor": 2.0, "original_max_position_embeddings": 0}, "must be positive"),
-        ("base_change", {"rope_theta": 0.5}, "base must be greater than 1"),
+        ("base_change", {"rope_theta": 0.5}, "rope_theta must be greater than 1"),
+        ("base_change", {"rope_theta": float("inf")}, "rope_theta must be finite"),
+        (
+            "yarn",
+            {"factor": 2.0, "orig_max_position_embeddings": 4096},
+            "does not take \\['orig_max_position_embeddings'\\] "
+            "\\(did you mean 'original_max_position_embeddings'\\?\\)",
+        ),
+        ("yran", {}, "unknown scaling kind 'yran' \\(did you mean 'yarn'\\?\\)"),
     ],
 )
 def test_bad_input_raises_value_error(kind, params, message):
@@ -555,6 +571,11 @@ def test_ntk_needs_four_dims_and_types_are_checked():
         rope_frequencies("default", 8, dtype=torch.float16)
     with pytest.raises(ValueError, match="dim must be a positive even"):
         rope_frequencies("default", 7)
+    # a bad new base is reported under its own name, not as the trained base
+    with pytest.raises(TypeError, match="rope_theta must be a real number, got str"):
+        freqs("base_change", rope_theta="abc")
+    with pytest.raises(TypeError, match="base must be a real number, got str"):
+        freqs("base_change", base="abc", rope_theta=500000.0)
 
 
 def test_unseen_angle_pairs_by_hand():

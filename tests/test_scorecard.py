@@ -12,6 +12,7 @@ the definitions, and asymptotic memory formulas. No test measures a time.
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import pytest
 import torch
@@ -455,19 +456,37 @@ def operators(name: str, lengths: tuple[int, ...] = (32, 32)) -> list[str]:
     return log.names
 
 
-@pytest.mark.parametrize("name", [*SCALED, "rope-dynamic"])
+@pytest.mark.parametrize("name", list(SCALED))
 def test_scaled_rope_runs_the_same_operators_as_rope(name):
-    """PI, NTK and YaRN change only the table values: per call, the same work as RoPE.
-
-    Dynamic NTK too, as long as the length does not change; a new length past L0 makes
-    it rebuild its tables, where plain RoPE reuses the ones it has.
-    """
+    """PI, NTK and YaRN change only the table values: per call, the same work as RoPE."""
     assert operators(name) == operators("rope")
     grown = (64, 32, 48)
-    if name == "rope-dynamic":
-        assert len(operators(name, grown)) > len(operators("rope", grown))
-    else:
-        assert operators(name, grown) == operators("rope", grown)
+    assert operators(name, grown) == operators("rope", grown)
+
+
+def test_dynamic_ntk_runs_ropes_operators_unless_its_frequencies_change():
+    """Dynamic NTK: RoPE's work, plus new frequencies or rows on a call that changes them.
+
+    Its frequencies are those of the longest length seen since the last call below L0
+    (Hugging Face's rule), so a call of the same length, or a shorter one past L0, runs
+    exactly RoPE's operators. A call that needs more positions than any before computes
+    new frequencies (``pow``), and one that falls below L0 after a longer one computes
+    its rows again with the trained frequencies (``cos``, ``sin``), where RoPE looks them
+    up: RoPE's operators, and these on top.
+    """
+    for lengths in [
+        (2 * TRAIN_LENGTH,) * 2,
+        (4 * TRAIN_LENGTH, 2 * TRAIN_LENGTH, 3 * TRAIN_LENGTH),
+    ]:
+        assert operators("rope-dynamic", lengths) == operators("rope", lengths)
+    for lengths, extra in [
+        ((3 * TRAIN_LENGTH, 4 * TRAIN_LENGTH), "aten.pow.Scalar"),
+        ((4 * TRAIN_LENGTH, TRAIN_LENGTH // 2), "aten.cos.default"),
+    ]:
+        dynamic = Counter(operators("rope-dynamic", lengths))
+        rope = Counter(operators("rope", lengths))
+        assert not rope - dynamic  # every operator of RoPE's call
+        assert extra in dynamic - rope
 
 
 # --------------------------------------------------------------------------- decay

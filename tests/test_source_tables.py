@@ -22,9 +22,9 @@ from pecode.absolute import (
 )
 from pecode.alibi import ALiBi
 from pecode.attention import MultiHeadAttention
+from pecode.bench import peak_tensor_memory
 from pecode.reference.relative import t5_bucket_loop
 from pecode.reference.rope import rope_loop
-from pecode.bench import peak_tensor_memory
 from pecode.relative import ShawRelativePosition, T5RelativePositionBias
 from pecode.rope import RotaryEmbedding, rope_inv_freq
 from pecode.scaling import unseen_angle_pairs
