@@ -8,7 +8,8 @@ Modules
 utils
     The device, seeding, and showing pecode's own source in a notebook.
 attention
-    Multi-head attention whose position scheme is a constructor argument; KV cache.
+    Multi-head attention whose position scheme is a constructor argument, with grouped
+    key/value heads (GQA, MQA), cross-attention and a KV cache.
 absolute
     Sinusoidal and learned absolute position tables (chapters 2-3).
 relative
@@ -28,6 +29,15 @@ scaling
     Long-context RoPE frequencies: linear, NTK-aware, dynamic, YaRN, Llama 3.1, LongRoPE
     (Phi-3), proportional (Gemma 4), a base change (chapter 10); ``hf_rope_arguments``
     and ``frequencies_from_hf_config`` read a Hugging Face ``config.json`` as it is.
+rope_kernels, rope_triton
+    The fast paths of ``apply_rope``: blocked CPU passes, the autograd Function whose
+    backward is the inverse rotation, and one Triton kernel on CUDA (chapter 11).
+hf
+    Hugging Face attention layers rebuilt on pecode, weights copied (page 9b).
+bench
+    The interleaved-rounds benchmark harness and the recorded GPU run (chapter 11).
+experiments
+    The training experiments of chapters 12 and 13.
 proofs
     sympy derivations that return a residual (zero when the identity holds), one
     submodule per chapter.

@@ -81,6 +81,7 @@ from pecode.rope import (
 )
 
 __all__ = [
+    "RECORDS",
     "Case",
     "Comparison",
     "RopeInputs",
@@ -516,8 +517,9 @@ def rope_methods(
       rotary-embedding-torch's ``RotaryEmbedding.rotate_queries_or_keys``
       (interleaved); a peer builds or looks up its own tables;
     * with ``backward``, the same as forward + backward: ``identity fwd+bwd``
-      (clone q and k, backward: the floor of any training path), ``apply_rope <layout>
-      fwd+bwd`` and the peers' ``... fwd+bwd``.
+      (clone q and k, backward: the least arithmetic a training path can do, though
+      not always the least time, since its outputs and gradients are new memory),
+      ``apply_rope <layout> fwd+bwd`` and the peers' ``... fwd+bwd``.
 
     The tables hold positions ``position, ..., position + L - 1``; a decode step is
     ``L = 1`` at a large ``position``. Random data is made on the CPU with ``seed``,
@@ -968,10 +970,10 @@ class Case:
 RECORDS = {
     "h100": "cuda_h100_2026-11-23.json",
 }
-"""Runs the book quotes, by name: ``python -m pecode.bench --json`` output kept in
-``pecode/records``. ``"h100"``: one NVIDIA H100 80GB HBM3, torch 2.11 (CUDA 13.0),
-Triton 3.6, 2026-11-23, ``--device cuda --dtype float32 bfloat16 --lengths 2048 32768
---rounds 5``."""
+"""The recorded runs the book quotes, by name, each the ``python -m pecode.bench --json``
+output of one run, kept in ``pecode/records``. ``"h100"`` ran on one NVIDIA H100 80GB
+HBM3 with torch 2.11 (CUDA 13.0) and Triton 3.6 on 2026-11-23, with ``--device cuda
+--dtype float32 bfloat16 --lengths 2048 32768 --rounds 5``."""
 
 
 def recorded_cases(name: str) -> list[Case]:

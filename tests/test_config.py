@@ -93,7 +93,7 @@ def test_every_notebook_is_in_the_toc_and_every_toc_file_exists():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_is_named_and_clean(path):
-    assert re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", path.name)
+    assert re.fullmatch(r"\d\d[a-z]?_[a-z0-9_]+\.ipynb", path.name)  # 09b: a section
     nb = nbformat.read(path, as_version=4)
     assert nb.cells[0].cell_type == "markdown"
     assert nb.cells[0].source.lstrip().startswith("(")

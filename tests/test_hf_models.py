@@ -1,20 +1,30 @@
 """pecode's attention inside tiny random-weight Hugging Face models, against the models' own code.
 
-Each case builds a model from a small config with every weight drawn at random, copies one
-attention layer's weights into a :class:`~pecode.attention.MultiHeadAttention` with the
-matching position scheme, and compares: Llama with grouped-query attention (the whole
-model's logits, with pecode's layers swapped in, through a left-padded prefill and
-KV-cache decoding), GPT-NeoX (partial rotary), GPT-J (interleaved partial rotary), T5
-(relative bias in the encoder and the decoder, and the encoder-decoder attention) and
-BLOOM (ALiBi with left padding). Hugging Face runs its "eager" attention, an explicit
-softmax, so pecode's use of ``scaled_dot_product_attention`` is checked against an
-independent computation. The DeBERTa and layout-conversion checks are in
-``test_hf_parity_deberta.py`` and ``test_hf_parity.py``.
+Each case builds a model from a small config with every weight drawn at random, builds
+pecode's :class:`~pecode.attention.MultiHeadAttention` from the model's attention with
+:mod:`pecode.hf` (weights copied, position scheme from the config), and compares:
 
-The models run in float64 (Llama in float32, see ``llama_model``), but Hugging Face
-computes its rotary tables and some softmaxes in float32 whatever the model's dtype, so
-the two agree to float32 round-off relative to outputs of order one (measured: at most
-3e-6 for Llama's logits of order 5, 5e-7 for the other layers), not to float64's.
+- Llama with grouped-query attention, for each rope type of transformers (default,
+  linear, dynamic, yarn, llama3, longrope), its rotary embedding read from the config
+  dict by ``RotaryEmbedding.from_hf_config``: the whole model's logits with pecode's
+  layers, pecode's own masks and :class:`~pecode.attention.KVCache`, through a
+  left-padded prefill and decoding steps that cross the trained length where the rope
+  type depends on it (dynamic, longrope); then the same model run by
+  :func:`pecode.hf.swap_llama_attention` inside transformers' ``generate``, on the
+  model's own masks (eager's float masks, sdpa's boolean ones or none) and cache;
+- GPT-NeoX (partial rotary), GPT-J (interleaved partial rotary), T5 (relative bias in
+  the encoder and decoder, a layer that borrows the first layer's table, and the
+  encoder-decoder attention) and BLOOM (ALiBi with left padding), one attention layer
+  each.
+
+Hugging Face runs its "eager" attention, an explicit softmax, so pecode's use of
+``scaled_dot_product_attention`` is checked against an independent computation. The
+DeBERTa and layout-conversion checks are in ``test_hf_parity_deberta.py`` and
+``test_hf_parity.py``. The models run in float64 (Llama in float32, see
+``llama_model``), but Hugging Face computes its rotary tables and some softmaxes in
+float32 whatever the model's dtype, so the two agree to float32 round-off relative to
+outputs of order one (measured: at most 7e-6 for Llama's logits of order 5, 6e-7 for
+the other layers), not to float64's.
 """
 
 from __future__ import annotations
@@ -34,9 +44,36 @@ from pecode.rope import RotaryEmbedding
 
 transformers = pytest.importorskip("transformers")
 
-# float32 round-off of the tables and softmaxes Hugging Face keeps in float32, for outputs
-# and logits of order one (the measured errors are below 1e-6; see the module docstring)
+from pecode.hf import (  # noqa: E402
+    HFLlamaAttention,
+    attention_from_bloom,
+    attention_from_gpt_neox,
+    attention_from_gptj,
+    attention_from_llama,
+    attention_from_t5,
+    swap_llama_attention,
+)
+
+# float32 round-off of the tables and softmaxes Hugging Face keeps in float32, for one
+# layer's outputs of order one (measured: below 6e-7; see the module docstring)
 TOLERANCE = 1e-5
+# the same for a whole float32 Llama's logits, of order 5 (measured: below 7e-6 here and
+# under ATEN_CPU_CAPABILITY=avx2, about 15 float32 ulps at 5)
+LOGITS_TOLERANCE = 3e-5
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Run these tiny models on one thread, then restore the thread count.
+
+    Their matrices have a few hundred entries: on a loaded machine the threads of a
+    parallel region wait for each other far longer than they compute (measured on two
+    busy cores: 71 s for this file with two threads, 9 s with one).
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 def randomize(model: nn.Module, seed: int = 0) -> nn.Module:
@@ -72,13 +109,6 @@ def captured(module: nn.Module, run: Callable[[], object]) -> list[tuple[dict, o
     return calls
 
 
-def copy_linear(target: nn.Linear, weight: Tensor, bias: Tensor | None = None) -> None:
-    with torch.no_grad():
-        target.weight.copy_(weight)
-        if target.bias is not None:
-            target.bias.copy_(bias)
-
-
 def worst(ours: Tensor, theirs: Tensor) -> float:
     return float((ours - theirs).abs().max())
 
@@ -95,51 +125,81 @@ def positions_from_mask(mask: Tensor) -> Tensor:
 
 # --------------------------------------------------------------------------- Llama
 
+# The trained length of the length-dependent rope types: the prompts reach position 5 and
+# the four decoding steps positions 6 to 9, so the last two steps cross it.
+TRAINED = 8
 
-def llama_model(rope_parameters: dict) -> nn.Module:
+# Llama's config.json fields for each rope type, as a dict; transformers' LlamaConfig and
+# pecode's RotaryEmbedding.from_hf_config read the same dict.
+LLAMA_ROPE = {
+    "default": {"rope_type": "default", "rope_theta": 10000.0},
+    "linear": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0},
+    # dynamic NTK reads its trained length from max_position_embeddings (set below)
+    "dynamic": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0},
+    "yarn": {
+        "rope_type": "yarn",
+        "rope_theta": 10000.0,
+        "factor": 4.0,
+        "original_max_position_embeddings": TRAINED,
+    },
+    # original length 64: with head_dim 8 the four wavelengths (6.3, 63, 628, 6283) fall
+    # in all three of Llama 3.1's regimes (kept, smoothed, divided by the factor)
+    "llama3": {
+        "rope_type": "llama3",
+        "rope_theta": 10000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    },
+    # Phi-3's form, with made-up factor lists of the right length (head_dim / 2)
+    "longrope": {
+        "rope_type": "longrope",
+        "rope_theta": 10000.0,
+        "factor": 4.0,
+        "short_factor": [1.0, 1.02, 1.05, 1.1],
+        "long_factor": [1.0, 2.0, 5.0, 12.0],
+        "original_max_position_embeddings": TRAINED,
+    },
+}
+# the rope types whose frequencies change once a position reaches the trained length
+LENGTH_DEPENDENT = ("dynamic", "longrope")
+
+
+def llama_config(rope: str, rope_parameters: dict | None = None) -> dict:
+    """A tiny Llama's ``config.json`` as a dict, with GQA and the rope type ``rope``."""
+    return {
+        "model_type": "llama",
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "intermediate_size": 48,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,  # grouped-query attention: groups of two query heads
+        "max_position_embeddings": TRAINED if rope == "dynamic" else 4 * TRAINED,
+        "rope_parameters": LLAMA_ROPE[rope] if rope_parameters is None else rope_parameters,
+    }
+
+
+def llama_model(config: dict, attn_implementation: str = "eager") -> nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,  # grouped-query attention: groups of two query heads
-        max_position_embeddings=128,
-        rope_parameters=rope_parameters,
-        attn_implementation="eager",
-    )
+    fields = {key: value for key, value in config.items() if key != "model_type"}
+    hf_config = LlamaConfig(**fields, attn_implementation=attn_implementation)
     # float32: in float64, Hugging Face's eager softmax (computed in float32) turns the
     # mask's float64 minimum into -inf, so a left-padded row's padding queries, which see
     # no key, become NaN, and the second layer spreads the NaN to every real token
-    return randomize(LlamaForCausalLM(config).eval())
-
-
-def pecode_rope(
-    head_dim: int, rope_parameters: dict, rotary_dim: int | None = None, dtype=torch.float64
-):
-    """RotaryEmbedding for a Hugging Face ``rope_parameters`` dict of the kinds pecode had."""
-    params = dict(rope_parameters)
-    kind, base = params.pop("rope_type"), params.pop("rope_theta")
-    params.pop("partial_rotary_factor", None)
-    scaling = None if kind == "default" else kind
-    return RotaryEmbedding(
-        head_dim,
-        base=base,
-        rotary_dim=rotary_dim,
-        scaling=scaling,
-        scaling_params=params or None,
-        dtype=dtype,
-    )
+    return randomize(LlamaForCausalLM(hf_config).eval())
 
 
 class SwappedAttention(nn.Module):
-    """Stands in for a Hugging Face attention module: pecode's layer with its weights.
+    """Stands in for a Hugging Face attention module: pecode's layer, masks and cache.
 
     It ignores what the model passes (its masks, rotary tables and cache) and uses the
     key mask and positions the test puts in ``call`` (positions ``None``: the cache's),
-    and its own :class:`~pecode.attention.KVCache`.
+    and its own :class:`~pecode.attention.KVCache`: everything but the weights is
+    pecode's, unlike :class:`pecode.hf.HFLlamaAttention`, which uses the model's masks
+    and cache.
     """
 
     def __init__(self, layer: MultiHeadAttention, call: dict) -> None:
@@ -158,83 +218,174 @@ class SwappedAttention(nn.Module):
         return out, None
 
 
-def llama_with_pecode(model: nn.Module, call: dict) -> nn.Module:
-    """A copy of ``model`` whose attention layers are pecode's, with the same weights."""
-    config = model.config
+def llama_with_pecode(model: nn.Module, config: dict, call: dict) -> nn.Module:
+    """A copy of ``model`` whose attention layers are pecode's, RoPE read from ``config``."""
     swapped = copy.deepcopy(model)
     for block in swapped.model.layers:
-        hf = block.self_attn
-        layer = MultiHeadAttention(
-            config.hidden_size,
-            config.num_attention_heads,
-            num_kv_heads=config.num_key_value_heads,
-            position=pecode_rope(hf.head_dim, config.rope_parameters, dtype=torch.float32),
-            bias=config.attention_bias,
-        )
-        for ours, theirs in (("q_proj", "q_proj"), ("k_proj", "k_proj"), ("v_proj", "v_proj")):
-            copy_linear(getattr(layer, ours), getattr(hf, theirs).weight, getattr(hf, theirs).bias)
-        copy_linear(layer.out_proj, hf.o_proj.weight, hf.o_proj.bias)
+        rope = RotaryEmbedding.from_hf_config(config)  # the dict, verbatim
+        layer = attention_from_llama(block.self_attn, position=rope)
         block.self_attn = SwappedAttention(layer, call)
     return swapped
 
 
-LLAMA_ROPE = {
-    "default": {"rope_type": "default", "rope_theta": 10000.0},
-    # original length 64: with head_dim 8 the four wavelengths (6.3, 63, 628, 6283) fall
-    # in all three of Llama 3.1's regimes (kept, smoothed, divided by the factor)
-    "llama3": {
-        "rope_type": "llama3",
-        "rope_theta": 10000.0,
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 64,
-    },
-}
+def decode_with_hf(model: nn.Module, ids: Tensor, mask: Tensor, steps: Tensor) -> list[Tensor]:
+    """Hugging Face's logits: a prefill of ``ids``, then ``steps`` one token at a time."""
+    positions = positions_from_mask(mask)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        logits, past = [out.logits], out.past_key_values
+        for t in range(steps.shape[1]):
+            mask = torch.cat((mask, torch.ones(len(ids), 1, dtype=torch.long)), dim=1)
+            positions = positions[:, -1:] + 1
+            out = model(
+                input_ids=steps[:, t : t + 1],
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=past,
+                use_cache=True,
+            )
+            logits.append(out.logits)
+    return logits
+
+
+def decode_with_pecode(
+    model: nn.Module, config: dict, ids: Tensor, mask: Tensor, steps: Tensor
+) -> tuple[list[Tensor], nn.Module]:
+    """The same with pecode's layers, masks and caches; positions given for the prefill only."""
+    call = {"mask": mask, "positions": positions_from_mask(mask)}
+    swapped = llama_with_pecode(model, config, call)
+    with torch.no_grad():
+        logits = [swapped(input_ids=ids, use_cache=False).logits]
+        for t in range(steps.shape[1]):
+            call["mask"] = torch.cat((call["mask"], torch.ones(len(ids), 1, dtype=torch.long)), 1)
+            call["positions"] = None  # each row continues from its own position
+            logits.append(swapped(input_ids=steps[:, t : t + 1], use_cache=False).logits)
+    return logits, swapped
+
+
+def prompts() -> tuple[Tensor, Tensor, Tensor]:
+    """Token ids ``[2, 6]`` (row 0 padded with two tokens on the left), mask, 4 steps."""
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 64, (2, 6), generator=generator)
+    steps = torch.randint(0, 64, (2, 4), generator=generator)
+    return ids, left_padded_mask([4, 6], 6), steps
 
 
 @pytest.mark.parametrize("rope", list(LLAMA_ROPE))
 def test_llama_gqa_logits_with_left_padding_and_kv_cache_decoding(rope):
-    model = llama_model(LLAMA_ROPE[rope])
+    config = llama_config(rope)
+    model = llama_model(config)
     assert model.config.num_key_value_heads < model.config.num_attention_heads
-    generator = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, 64, (2, 6), generator=generator)
-    steps = torch.randint(0, 64, (2, 3), generator=generator)
-    mask = left_padded_mask([4, 6], 6)  # row 0: two padding tokens on the left
-    positions = positions_from_mask(mask)
+    ids, mask, steps = prompts()
+    theirs = decode_with_hf(model, ids, mask, steps)
+    ours, swapped = decode_with_pecode(model, config, ids, mask, steps)
+
     real = mask.bool()
-
-    with torch.no_grad():  # Hugging Face: prefill, then three tokens with its own cache
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
-        theirs, past, hf_mask, hf_positions = [out.logits], out.past_key_values, mask, positions
-        for t in range(3):
-            hf_mask = torch.cat((hf_mask, torch.ones(2, 1, dtype=torch.long)), dim=1)
-            hf_positions = hf_positions[:, -1:] + 1
-            out = model(
-                input_ids=steps[:, t : t + 1],
-                attention_mask=hf_mask,
-                position_ids=hf_positions,
-                past_key_values=past,
-                use_cache=True,
-            )
-            theirs.append(out.logits)
-
-    call = {"mask": mask, "positions": positions}
-    swapped = llama_with_pecode(model, call)
-    with torch.no_grad():  # pecode: positions given for the prefill only, then the cache's
-        ours = [swapped(input_ids=ids, use_cache=False).logits]
-        for t in range(3):
-            call["mask"] = torch.cat((call["mask"], torch.ones(2, 1, dtype=torch.long)), dim=1)
-            call["positions"] = None
-            ours.append(swapped(input_ids=steps[:, t : t + 1], use_cache=False).logits)
-
-    assert worst(ours[0][real], theirs[0][real]) < TOLERANCE
-    for step in range(1, 4):
-        assert worst(ours[step], theirs[step]) < TOLERANCE, step
+    assert worst(ours[0][real], theirs[0][real]) < LOGITS_TOLERANCE
+    for step in range(1, 5):
+        assert worst(ours[step], theirs[step]) < LOGITS_TOLERANCE, step
     cache = swapped.model.layers[0].self_attn.cache
     assert cache.keys.shape[1] == model.config.num_key_value_heads  # the cache is GQA's
-    assert cache.next_positions(1).tolist() == [[7], [9]]  # each row from its own position
-    assert theirs[1].abs().max() > 1.0  # logits of order one: the tolerance is relative
+    assert cache.next_positions(1).tolist() == [[8], [10]]  # each row from its own position
+    assert theirs[1].abs().max() > 1.0  # logits of order one or more, as the tolerance assumes
+
+
+# A neighbour of each length-dependent rope type that agrees with it below the trained
+# length and not past it: unscaled RoPE for dynamic, the short factors twice for longrope.
+NEIGHBOURS = {
+    "dynamic": {"rope_type": "default", "rope_theta": 10000.0},
+    "longrope": {**LLAMA_ROPE["longrope"], "long_factor": LLAMA_ROPE["longrope"]["short_factor"]},
+}
+
+
+@pytest.mark.parametrize("rope", LENGTH_DEPENDENT)
+def test_decoding_crosses_the_trained_length(rope):
+    # The check above can fail where it matters: the steps at positions 8 and 9 (the last
+    # two) are scaled, and a rope that never switches gets them wrong.
+    config = llama_config(rope)
+    model = llama_model(config)
+    ids, mask, steps = prompts()
+    theirs = decode_with_hf(model, ids, mask, steps)
+    neighbour = llama_config(rope, NEIGHBOURS[rope])
+    ours, _ = decode_with_pecode(model, neighbour, ids, mask, steps)
+    real = mask.bool()
+    assert worst(ours[0][real], theirs[0][real]) < LOGITS_TOLERANCE
+    assert worst(ours[1], theirs[1]) < LOGITS_TOLERANCE  # positions 4 and 6: below 8
+    assert worst(ours[2], theirs[2]) < LOGITS_TOLERANCE  # positions 5 and 7: below 8
+    assert worst(ours[3], theirs[3]) > 100 * LOGITS_TOLERANCE  # positions 6 and 8: scaled
+    assert worst(ours[4], theirs[4]) > 100 * LOGITS_TOLERANCE  # positions 7 and 9: scaled
+
+
+@pytest.mark.parametrize("rope", list(LLAMA_ROPE))
+def test_swap_llama_attention_inside_generate(rope):
+    model = llama_model(llama_config(rope))  # eager: float masks
+    swapped = swap_llama_attention(copy.deepcopy(model))
+    assert all(isinstance(block.self_attn, HFLlamaAttention) for block in swapped.model.layers)
+    ids, mask, _ = prompts()
+    options = {
+        "max_new_tokens": 4,
+        "do_sample": False,
+        "output_logits": True,
+        "return_dict_in_generate": True,
+        "pad_token_id": 0,
+    }
+    theirs = model.generate(input_ids=ids, attention_mask=mask, **options)
+    ours = swapped.generate(input_ids=ids, attention_mask=mask, **options)
+    assert torch.equal(ours.sequences, theirs.sequences)
+    for step, (a, b) in enumerate(zip(ours.logits, theirs.logits, strict=True)):
+        assert worst(a, b) < LOGITS_TOLERANCE, step
+
+
+@pytest.mark.parametrize("lengths", [[4, 6], [6, 6]], ids=["left-padded", "unpadded"])
+def test_swap_llama_attention_with_sdpa_masks(lengths):
+    # sdpa gives boolean masks, or none at all for an unpadded batch (a plain causal pass)
+    config = llama_config("llama3")
+    reference = llama_model(config)
+    swapped = swap_llama_attention(llama_model(config, attn_implementation="sdpa"))
+    ids, _, steps = prompts()
+    mask = left_padded_mask(lengths, 6)
+    theirs = decode_with_hf(reference, ids, mask, steps)
+    ours = decode_with_hf(swapped, ids, mask, steps)
+    real = mask.bool()
+    assert worst(ours[0][real], theirs[0][real]) < LOGITS_TOLERANCE
+    for step in range(1, 5):
+        assert worst(ours[step], theirs[step]) < LOGITS_TOLERANCE, step
+
+
+def test_hf_builders_and_wrapper_refuse_what_they_cannot_do():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    with pytest.raises(TypeError, match="q_proj"):
+        attention_from_llama(nn.Linear(4, 4))
+    with pytest.raises(TypeError, match="MultiHeadAttention"):
+        HFLlamaAttention(nn.Linear(4, 4), 0)
+    with pytest.raises(ValueError, match="ALiBi"):
+        HFLlamaAttention(MultiHeadAttention(8, 2, position=ALiBi(2)), 0)
+
+    # some sizes of Qwen3 and Gemma set head_dim apart from hidden_size / num_heads
+    fields = {key: value for key, value in llama_config("default").items() if key != "model_type"}
+    wide = LlamaForCausalLM(LlamaConfig(**{**fields, "head_dim": 16}))
+    with pytest.raises(ValueError, match="head_dim = hidden_size / num_heads"):
+        attention_from_llama(wide.model.layers[0].self_attn)
+
+    model = llama_model(llama_config("default"))
+    attention = model.model.layers[0].self_attn
+    attention.q_proj = nn.Linear(32, 32, bias=True)  # Qwen2: q, k, v with a bias, o without
+    with pytest.raises(ValueError, match="biases"):
+        attention_from_llama(attention)
+
+    model = llama_model(llama_config("default"))
+    model.config._attn_implementation = "flash_attention_2"
+    with pytest.raises(ValueError, match="flash_attention_2"):
+        swap_llama_attention(model)
+
+    wrapper = HFLlamaAttention(MultiHeadAttention(32, 4, position=RotaryEmbedding(8)), 0)
+    with pytest.raises(ValueError, match="position_ids"):
+        wrapper(torch.zeros(1, 3, 32))
+    with pytest.raises(TypeError, match="attention_mask"):
+        wrapper(
+            torch.zeros(1, 3, 32), attention_mask=torch.ones(3, 3), position_ids=torch.arange(3)
+        )
 
 
 # --------------------------------------------------------------------------- GPT-NeoX
@@ -259,21 +410,13 @@ def test_gpt_neox_partial_rotary_attention():
     )
     model = randomize(GPTNeoXModel(config).double().eval())
     hf = model.layers[0].attention
-    heads, head_dim = 4, 16
     assert hf.rotary_ndims == 4  # a quarter of each head rotates
     ids = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(1))
     ((arguments, output),) = captured(hf, lambda: model(input_ids=ids))
 
-    rope = pecode_rope(head_dim, config.rope_parameters, rotary_dim=hf.rotary_ndims)
-    layer = MultiHeadAttention(64, heads, position=rope).double()
-    # the fused projection holds, per head, the rows of q, then k, then v
-    weight = hf.query_key_value.weight.view(heads, 3, head_dim, 64)
-    bias = hf.query_key_value.bias.view(heads, 3, head_dim)
-    for index, name in enumerate(("q_proj", "k_proj", "v_proj")):
-        copy_linear(
-            getattr(layer, name), weight[:, index].reshape(64, 64), bias[:, index].reshape(64)
-        )
-    copy_linear(layer.out_proj, hf.dense.weight, hf.dense.bias)
+    layer = attention_from_gpt_neox(hf)
+    assert layer.position.rotary_dim == 4
+    assert layer.q_proj.weight.dtype == torch.float64
     with torch.no_grad():
         ours = layer(arguments["hidden_states"], causal=True)
     assert worst(ours, output[0]) < TOLERANCE
@@ -304,27 +447,18 @@ def test_gpt_j_interleaved_partial_rotary_attention():
     ((arguments, output),) = captured(hf, lambda: model(input_ids=ids, position_ids=positions))
 
     # GPT-J rotates pairs (2i, 2i + 1) of the first rotary_dim features of each head
-    rope = RotaryEmbedding(16, rotary_dim=8, layout="interleaved", dtype=torch.float64)
-    layer = MultiHeadAttention(64, 4, position=rope, bias=False).double()
-    for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
-        copy_linear(getattr(layer, name), getattr(hf, name).weight)
+    layer = attention_from_gptj(hf)
+    assert (layer.position.layout, layer.position.rotary_dim) == ("interleaved", 8)
     with torch.no_grad():
         ours = layer(arguments["hidden_states"], positions=positions, causal=True)
     assert worst(ours, output[0]) < TOLERANCE
     assert output[0].abs().max() > 0.5
+    hf.rotary_dim = None  # older configs allowed it (5.23's refuses it)
+    with pytest.raises(ValueError, match="rotary_dim is None"):
+        attention_from_gptj(hf)
 
 
 # --------------------------------------------------------------------------- T5
-
-
-def t5_bias(hf: nn.Module, *, bidirectional: bool) -> T5RelativePositionBias:
-    """pecode's T5 bias with the table of Hugging Face's attention module ``hf``."""
-    scheme = T5RelativePositionBias(
-        4, bidirectional=bidirectional, num_buckets=8, max_distance=20
-    ).double()
-    with torch.no_grad():
-        scheme.bias.weight.copy_(hf.relative_attention_bias.weight)
-    return scheme
 
 
 def test_t5_relative_bias_and_encoder_decoder_attention():
@@ -335,7 +469,7 @@ def test_t5_relative_bias_and_encoder_decoder_attention():
         d_model=32,
         d_kv=8,
         d_ff=32,
-        num_layers=1,
+        num_layers=2,
         num_decoder_layers=1,
         num_heads=4,
         relative_attention_num_buckets=8,
@@ -352,7 +486,8 @@ def test_t5_relative_bias_and_encoder_decoder_attention():
     enc_mask = torch.ones(2, 30, dtype=torch.long)
     enc_mask[1, 24:] = 0  # row 1: six padding tokens on the right
     dec_ids = torch.randint(0, 64, (2, 25), generator=generator)
-    encoder_self = model.encoder.block[0].layer[0].SelfAttention
+    encoder_first = model.encoder.block[0].layer[0].SelfAttention
+    encoder_second = model.encoder.block[1].layer[0].SelfAttention  # no table of its own
     decoder_self = model.decoder.block[0].layer[0].SelfAttention
     cross = model.decoder.block[0].layer[1].EncDecAttention
 
@@ -360,21 +495,28 @@ def test_t5_relative_bias_and_encoder_decoder_attention():
         model(input_ids=enc_ids, attention_mask=enc_mask, decoder_input_ids=dec_ids)
 
     key_mask = enc_mask.bool()[:, None, None, :]
-    cases = [  # (HF module, pecode scheme, call options)
-        (encoder_self, t5_bias(encoder_self, bidirectional=True), {"attn_mask": key_mask}),
-        (decoder_self, t5_bias(decoder_self, bidirectional=False), {"causal": True}),
-        (cross, ContentOnly(logit_scale=1.0), {"attn_mask": key_mask}),  # no bias, unscaled
+    cases = [  # (HF module, pecode layer, call options)
+        (encoder_first, attention_from_t5(encoder_first), {"attn_mask": key_mask}),
+        (
+            encoder_second,
+            attention_from_t5(encoder_second, bias_from=encoder_first),
+            {"attn_mask": key_mask},
+        ),
+        (decoder_self, attention_from_t5(decoder_self), {"causal": True}),
+        (cross, attention_from_t5(cross, cross_attention=True), {"attn_mask": key_mask}),
     ]
-    for hf, scheme, options in cases:
+    for hf, layer, options in cases:
         ((arguments, output),) = captured(hf, run)
-        layer = MultiHeadAttention(32, 4, position=scheme, bias=False).double()
-        for ours, theirs in (("q_proj", "q"), ("k_proj", "k"), ("v_proj", "v"), ("out_proj", "o")):
-            copy_linear(getattr(layer, ours), getattr(hf, theirs).weight)
         context = arguments.get("key_value_states")
         with torch.no_grad():
             ours = layer(arguments["hidden_states"], context=context, **options)
-        assert worst(ours, output[0]) < TOLERANCE, type(scheme).__name__
+        assert worst(ours, output[0]) < TOLERANCE, type(layer.position).__name__
         assert output[0].abs().max() > 0.5
+    schemes = [layer.position for _, layer, _ in cases]
+    assert [type(s) for s in schemes] == [T5RelativePositionBias] * 3 + [ContentOnly]
+    assert [s.bidirectional for s in schemes[:3]] == [True, True, False]
+    with pytest.raises(ValueError, match="bias_from"):
+        attention_from_t5(encoder_second)
 
 
 # --------------------------------------------------------------------------- BLOOM
@@ -392,15 +534,8 @@ def test_bloom_alibi_attention_with_left_padding():
     mask = left_padded_mask([7, 10], 10)
     ((arguments, output),) = captured(hf, lambda: model(input_ids=ids, attention_mask=mask))
 
-    layer = MultiHeadAttention(48, heads, position=ALiBi(heads)).double()
-    # the fused projection holds, per head, the rows of q, then k, then v
-    weight = hf.query_key_value.weight.view(heads, 3, 8, 48)
-    bias = hf.query_key_value.bias.view(heads, 3, 8)
-    for index, name in enumerate(("q_proj", "k_proj", "v_proj")):
-        copy_linear(
-            getattr(layer, name), weight[:, index].reshape(48, 48), bias[:, index].reshape(48)
-        )
-    copy_linear(layer.out_proj, hf.dense.weight, hf.dense.bias)
+    layer = attention_from_bloom(hf)
+    assert isinstance(layer.position, ALiBi)
     with torch.no_grad():  # BLOOM's positions; ALiBi sees only their differences
         ours = layer(
             arguments["hidden_states"],

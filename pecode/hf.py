@@ -1,0 +1,557 @@
+"""pecode's attention inside Hugging Face transformers models.
+
+Two things:
+
+1. **Builders**, ``attention_from_*``: given one attention module of a transformers
+   model, a :class:`~pecode.attention.MultiHeadAttention` with the same weights (copied)
+   and the matching position scheme. Llama and the models that share its attention
+   (grouped-query attention, every rope type of the config through
+   :meth:`RotaryEmbedding.from_hf_config <pecode.rope.RotaryEmbedding.from_hf_config>`),
+   GPT-NeoX (partial rotary), GPT-J (interleaved partial rotary), BLOOM (ALiBi) and T5
+   (relative bias; unscaled encoder-decoder attention). The pecode layer computes what
+   the transformers module computes before any residual it adds (BLOOM's); it takes
+   pecode's arguments (``positions``, ``attn_mask``, ``causal``, ``cache``), not the
+   transformers module's.
+2. **A Llama-family model running on pecode**: :func:`swap_llama_attention` puts an
+   :class:`HFLlamaAttention` in place of every decoder layer's ``self_attn``. That thin
+   module has the forward signature of transformers' ``LlamaAttention`` and uses the
+   model's own attention mask and KV cache, so ``model(...)`` and ``model.generate(...)``
+   run as before, with pecode computing the rotary tables, the rotation and the
+   attention.
+
+The signatures of transformers' attention modules change between releases; these
+functions are tested against transformers 5.23 (``tests/test_hf_models.py``, tiny
+random-weight models compared logit by logit). ``transformers`` is not a dependency of
+pecode: this module reads the modules it is given and never imports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from pecode._checks import check_int
+from pecode.alibi import ALiBi
+from pecode.attention import ContentOnly, KVCache, MultiHeadAttention, PositionScheme
+from pecode.relative import T5RelativePositionBias
+from pecode.rope import RotaryEmbedding
+
+__all__ = [
+    "HFLlamaAttention",
+    "attention_from_bloom",
+    "attention_from_gpt_neox",
+    "attention_from_gptj",
+    "attention_from_llama",
+    "attention_from_t5",
+    "swap_llama_attention",
+]
+
+# the attention implementations whose masks HFLlamaAttention reads: 4-D tensors or None
+_MASK_IMPLEMENTATIONS = ("eager", "sdpa")
+
+
+# --------------------------------------------------------------------------- weights
+
+
+def _linear(module: nn.Module, name: str, what: str) -> nn.Linear:
+    """The ``nn.Linear`` ``module.<name>``, or a TypeError saying which module was expected."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"hf_attention must be an nn.Module ({what}), got {type(module).__name__}")
+    linear = getattr(module, name, None)
+    if not isinstance(linear, nn.Linear):
+        raise TypeError(
+            f"hf_attention must be {what} with an nn.Linear {name!r}; "
+            f"{type(module).__name__} has none"
+        )
+    return linear
+
+
+def _copy_linear(target: nn.Linear, weight: Tensor, bias: Tensor | None = None) -> None:
+    """Copy ``weight`` (and ``bias``) into ``target``; the shapes must match."""
+    with torch.no_grad():
+        target.weight.copy_(weight)
+        if target.bias is not None:
+            target.bias.copy_(bias)
+
+
+def _split_fused_qkv(
+    layer: MultiHeadAttention, fused: nn.Linear, heads: int, head_dim: int
+) -> None:
+    """Copy a fused projection whose rows are, per head, that head's q, then k, then v.
+
+    GPT-NeoX's and BLOOM's ``query_key_value``: output row ``(h * 3 + j) * head_dim + i``
+    is row ``i`` of head ``h`` of q (``j = 0``), k (1) or v (2).
+    """
+    width = heads * head_dim
+    weight = fused.weight.view(heads, 3, head_dim, fused.in_features)
+    bias = None if fused.bias is None else fused.bias.view(heads, 3, head_dim)
+    for index, name in enumerate(("q_proj", "k_proj", "v_proj")):
+        _copy_linear(
+            getattr(layer, name),
+            weight[:, index].reshape(width, fused.in_features),
+            None if bias is None else bias[:, index].reshape(width),
+        )
+
+
+def _on_weights_of(layer: MultiHeadAttention, weight: Tensor) -> MultiHeadAttention:
+    """``layer`` moved to ``weight``'s device and dtype (RoPE tables stay float32/64)."""
+    return layer.to(device=weight.device, dtype=weight.dtype)
+
+
+def _table_dtype(weight: Tensor) -> torch.dtype:
+    """float64 RoPE tables for a float64 model, float32 for any other."""
+    return torch.float64 if weight.dtype == torch.float64 else torch.float32
+
+
+def _config_dict(hf_attention: nn.Module) -> dict[str, Any]:
+    """The transformers config of ``hf_attention`` as a dict (what ``config.json`` holds)."""
+    config = getattr(hf_attention, "config", None)
+    if isinstance(config, Mapping):
+        return dict(config)
+    if config is None or not callable(getattr(config, "to_dict", None)):
+        raise TypeError(
+            f"hf_attention ({type(hf_attention).__name__}) has no transformers config "
+            "(a .config with to_dict())"
+        )
+    return config.to_dict()
+
+
+def _dropout(value: object) -> float:
+    """A dropout probability given as a float or an ``nn.Dropout``."""
+    return float(value.p) if isinstance(value, nn.Dropout) else float(value or 0.0)
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def attention_from_llama(
+    hf_attention: nn.Module, *, position: PositionScheme | None = None
+) -> MultiHeadAttention:
+    """pecode's attention with the weights and RoPE of a transformers ``LlamaAttention``.
+
+    Grouped-query attention as the checkpoint has it (``num_key_value_heads`` key/value
+    heads, read from ``k_proj``'s width), and the rotary embedding of the model's config,
+    any rope type, read as it is by :meth:`RotaryEmbedding.from_hf_config
+    <pecode.rope.RotaryEmbedding.from_hf_config>` (half layout, as transformers' Llama
+    rotates). The result is :class:`~pecode.attention.MultiHeadAttention` on the
+    module's device and dtype; call it with ``causal=True`` and the model's positions
+    (``positions=position_ids``), or use :func:`swap_llama_attention` to run a whole
+    model on it. Models whose attention has the same four projections and rotary
+    embedding (Mistral without a sliding window, for instance) work alike; only Llama
+    is tested.
+
+    Args:
+        hf_attention: a decoder layer's ``self_attn`` (``q_proj``, ``k_proj``,
+            ``v_proj``, ``o_proj``, ``head_dim`` and the model's ``config``).
+        position: a scheme to use instead of building one from the config (to share one
+            :class:`~pecode.rope.RotaryEmbedding` between the layers of a model).
+
+    Raises:
+        TypeError: ``hf_attention`` lacks those attributes, or ``position`` is not a
+            :class:`~pecode.attention.PositionScheme`.
+        ValueError: the heads are not ``hidden_size / num_heads`` wide (some sizes of
+            Qwen3 and Gemma set a ``head_dim`` of their own, which
+            :class:`~pecode.attention.MultiHeadAttention` cannot hold), the four
+            projections do not all have a bias or all lack one (Qwen2's q/k/v have one,
+            its o_proj has none), or the config's RoPE block is refused by
+            :func:`pecode.scaling.hf_rope_arguments` (the message names the key).
+    """
+    what = "a transformers LlamaAttention"
+    q, k, v, o = (
+        _linear(hf_attention, name, what) for name in ("q_proj", "k_proj", "v_proj", "o_proj")
+    )
+    head_dim = check_int("hf_attention.head_dim", getattr(hf_attention, "head_dim", None))
+    hidden, heads, kv_heads = q.in_features, q.out_features // head_dim, k.out_features // head_dim
+    if heads * head_dim != hidden:
+        raise ValueError(
+            f"hf_attention has {heads} heads of head_dim={head_dim} in a model of width "
+            f"{hidden}: MultiHeadAttention needs head_dim = hidden_size / num_heads"
+        )
+    has_bias = [linear.bias is not None for linear in (q, k, v, o)]
+    if len(set(has_bias)) > 1:
+        raise ValueError(
+            f"the projections q_proj, k_proj, v_proj, o_proj have biases {has_bias}: "
+            "MultiHeadAttention gives all four a bias or none"
+        )
+    if position is None:
+        position = RotaryEmbedding.from_hf_config(
+            _config_dict(hf_attention), dtype=_table_dtype(q.weight)
+        )
+    layer = MultiHeadAttention(
+        hidden,
+        heads,
+        num_kv_heads=kv_heads,
+        position=position,
+        bias=has_bias[0],
+        dropout=_dropout(getattr(hf_attention, "attention_dropout", 0.0)),
+    )
+    layer = _on_weights_of(layer, q.weight)
+    for ours, theirs in (("q_proj", q), ("k_proj", k), ("v_proj", v), ("out_proj", o)):
+        _copy_linear(getattr(layer, ours), theirs.weight, theirs.bias)
+    return layer
+
+
+def attention_from_gpt_neox(hf_attention: nn.Module) -> MultiHeadAttention:
+    """pecode's attention with the weights and partial RoPE of a ``GPTNeoXAttention``.
+
+    GPT-NeoX (Black et al. 2022) rotates the first ``partial_rotary_factor`` of each head
+    (a quarter in the released models), in the half layout within those features; the
+    rotary embedding is read from the model's config by
+    :meth:`RotaryEmbedding.from_hf_config <pecode.rope.RotaryEmbedding.from_hf_config>`.
+    The fused ``query_key_value`` projection is split into q, k and v. Call the result
+    with ``causal=True``.
+
+    Raises:
+        TypeError: ``hf_attention`` lacks ``query_key_value``, ``dense``, ``head_size``
+            or a config.
+        ValueError: the config's RoPE block is refused (the message names the key).
+    """
+    what = "a transformers GPTNeoXAttention"
+    fused, dense = (
+        _linear(hf_attention, "query_key_value", what),
+        _linear(hf_attention, "dense", what),
+    )
+    head_dim = check_int("hf_attention.head_size", getattr(hf_attention, "head_size", None))
+    hidden = fused.in_features
+    heads = hidden // head_dim
+    rope = RotaryEmbedding.from_hf_config(
+        _config_dict(hf_attention), dtype=_table_dtype(fused.weight)
+    )
+    layer = MultiHeadAttention(
+        hidden,
+        heads,
+        position=rope,
+        bias=fused.bias is not None,
+        dropout=_dropout(getattr(hf_attention, "attention_dropout", 0.0)),
+    )
+    layer = _on_weights_of(layer, fused.weight)
+    _split_fused_qkv(layer, fused, heads, head_dim)
+    _copy_linear(layer.out_proj, dense.weight, dense.bias)
+    return layer
+
+
+def attention_from_gptj(hf_attention: nn.Module) -> MultiHeadAttention:
+    """pecode's attention with the weights and interleaved partial RoPE of ``GPTJAttention``.
+
+    GPT-J (Wang and Komatsuzaki 2021) rotates the pairs ``(2i, 2i + 1)`` of the first
+    ``rotary_dim`` features of each head, with base 10000 (fixed in its code, not in
+    its config). Call the result with ``causal=True`` and the model's ``position_ids``
+    as ``positions``.
+
+    Raises:
+        TypeError: ``hf_attention`` lacks the projections or the head sizes.
+        ValueError: ``rotary_dim`` is ``None``: transformers' GPT-J then builds tables as
+            wide as the whole model, which fit a head only in a one-head model.
+    """
+    what = "a transformers GPTJAttention"
+    projections = {
+        name: _linear(hf_attention, name, what)
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj")
+    }
+    heads = check_int(
+        "hf_attention.num_attention_heads", getattr(hf_attention, "num_attention_heads", None)
+    )
+    head_dim = check_int("hf_attention.head_dim", getattr(hf_attention, "head_dim", None))
+    rotary_dim = getattr(hf_attention, "rotary_dim", None)
+    if rotary_dim is None:
+        raise ValueError(
+            "hf_attention.rotary_dim is None: transformers' GPT-J then rotates with tables "
+            "as wide as the model, not as a head; give the config a rotary_dim"
+        )
+    weight = projections["q_proj"].weight
+    rope = RotaryEmbedding(
+        head_dim, rotary_dim=rotary_dim, layout="interleaved", dtype=_table_dtype(weight)
+    )
+    layer = MultiHeadAttention(
+        heads * head_dim,
+        heads,
+        position=rope,
+        bias=projections["q_proj"].bias is not None,
+        dropout=_dropout(getattr(hf_attention, "attn_dropout", 0.0)),
+    )
+    layer = _on_weights_of(layer, weight)
+    for name, linear in projections.items():
+        _copy_linear(getattr(layer, name), linear.weight, linear.bias)
+    return layer
+
+
+def attention_from_bloom(hf_attention: nn.Module) -> MultiHeadAttention:
+    """pecode's attention with the weights and ALiBi of a transformers ``BloomAttention``.
+
+    BLOOM (Le Scao et al. 2022) adds ALiBi's bias (Press et al. 2022) with the paper's
+    slopes; the fused ``query_key_value`` projection is split into q, k and v. BLOOM's
+    module also adds the residual to its output; the pecode layer returns attention
+    alone. Call it with ``causal=True`` and, for padded batches, the key mask as
+    ``attn_mask``.
+
+    Raises:
+        TypeError: ``hf_attention`` lacks ``query_key_value``, ``dense``, ``num_heads``
+            or ``head_dim``.
+    """
+    what = "a transformers BloomAttention"
+    fused, dense = (
+        _linear(hf_attention, "query_key_value", what),
+        _linear(hf_attention, "dense", what),
+    )
+    heads = check_int("hf_attention.num_heads", getattr(hf_attention, "num_heads", None))
+    head_dim = check_int("hf_attention.head_dim", getattr(hf_attention, "head_dim", None))
+    layer = MultiHeadAttention(
+        fused.in_features,
+        heads,
+        position=ALiBi(heads),
+        bias=fused.bias is not None,
+        dropout=_dropout(getattr(hf_attention, "attention_dropout", 0.0)),
+    )
+    layer = _on_weights_of(layer, fused.weight)
+    _split_fused_qkv(layer, fused, heads, head_dim)
+    _copy_linear(layer.out_proj, dense.weight, dense.bias)
+    return layer
+
+
+def attention_from_t5(
+    hf_attention: nn.Module,
+    *,
+    cross_attention: bool = False,
+    bias_from: nn.Module | None = None,
+) -> MultiHeadAttention:
+    """pecode's attention with the weights and relative bias of a transformers ``T5Attention``.
+
+    T5 (Raffel et al. 2020) does not scale ``q·k`` and adds a learned bias per
+    relative-position bucket and head; the encoder's buckets are bidirectional, the
+    decoder's causal. Only the first layer of each stack holds the bias table, and the
+    other layers reuse it: for those, pass the first layer's attention as ``bias_from``
+    (its table is copied). The encoder-decoder attention has no bias
+    (``cross_attention=True``: :class:`~pecode.attention.ContentOnly` with a factor of
+    one; call the layer with ``context=`` the encoder's output). Call a decoder's
+    self-attention with ``causal=True``.
+
+    Args:
+        hf_attention: a ``T5Attention`` (``SelfAttention`` or ``EncDecAttention``).
+        cross_attention: whether it is the encoder-decoder attention.
+        bias_from: the ``T5Attention`` that holds the table, for a self-attention layer
+            that has none.
+
+    Raises:
+        TypeError: ``hf_attention`` lacks the projections ``q``, ``k``, ``v``, ``o`` or
+            the sizes; ``cross_attention`` is not a bool.
+        ValueError: ``n_heads * d_kv`` differs from ``d_model`` (T5-11B's 128 heads of 128
+            in a model of width 1024; :class:`~pecode.attention.MultiHeadAttention` needs
+            them equal), a self-attention layer without a table and no ``bias_from``, or a
+            ``bias_from`` where there is nothing to take from it.
+    """
+    what = "a transformers T5Attention"
+    projections = {name: _linear(hf_attention, name, what) for name in ("q", "k", "v", "o")}
+    if not isinstance(cross_attention, bool):
+        raise TypeError(f"cross_attention must be a bool, got {type(cross_attention).__name__}")
+    heads = check_int("hf_attention.n_heads", getattr(hf_attention, "n_heads", None))
+    head_dim = check_int(
+        "hf_attention.key_value_proj_dim", getattr(hf_attention, "key_value_proj_dim", None)
+    )
+    width = projections["q"].in_features
+    if heads * head_dim != width:
+        raise ValueError(
+            f"hf_attention has {heads} heads of d_kv={head_dim} in a model of width "
+            f"d_model={width}: MultiHeadAttention needs n_heads * d_kv = d_model"
+        )
+    has_table = bool(getattr(hf_attention, "has_relative_attention_bias", False))
+    if cross_attention:
+        if has_table or bias_from is not None:
+            raise ValueError(
+                "cross_attention=True: T5's encoder-decoder attention has no position bias, "
+                "but hf_attention has a table or bias_from was given"
+            )
+        scheme: PositionScheme = ContentOnly(logit_scale=1.0)
+    else:
+        if has_table and bias_from is not None:
+            raise ValueError("bias_from given, but hf_attention holds a bias table of its own")
+        source = hf_attention if has_table else bias_from
+        table = getattr(source, "relative_attention_bias", None)
+        if not isinstance(table, nn.Embedding):
+            raise ValueError(
+                "hf_attention has no relative_attention_bias table (T5 keeps it in the first "
+                "layer of each stack): pass that layer's attention as bias_from"
+            )
+        scheme = T5RelativePositionBias(
+            heads,
+            bidirectional=not getattr(hf_attention, "is_decoder", False),
+            num_buckets=source.relative_attention_num_buckets,
+            max_distance=source.relative_attention_max_distance,
+        )
+        with torch.no_grad():
+            scheme.bias.weight.copy_(table.weight)
+    layer = MultiHeadAttention(
+        width,
+        heads,
+        position=scheme,
+        bias=False,
+        dropout=_dropout(getattr(hf_attention, "dropout", 0.0)),
+    )
+    layer = _on_weights_of(layer, projections["q"].weight)
+    for ours, theirs in (("q_proj", "q"), ("k_proj", "k"), ("v_proj", "v"), ("out_proj", "o")):
+        _copy_linear(getattr(layer, ours), projections[theirs].weight)
+    return layer
+
+
+# --------------------------------------------------------------------------- a whole model
+
+
+class _TransformersCacheLayer(KVCache):
+    """One layer of a transformers ``Cache`` seen as a :class:`~pecode.attention.KVCache`.
+
+    Keys and values live in the transformers cache (``update`` appends and returns them
+    all), so the model's ``generate`` and its masks see the lengths they expect. Key
+    positions are not kept: :class:`HFLlamaAttention` accepts only schemes that use
+    them in ``transform_qk`` (before caching), never afterwards.
+    """
+
+    def __init__(self, cache: Any, layer_idx: int) -> None:
+        super().__init__()
+        self._cache, self._layer_idx = cache, layer_idx
+
+    def __len__(self) -> int:
+        return int(self._cache.get_seq_length(self._layer_idx))
+
+    def append(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Any]:
+        self.keys, self.values = self._cache.update(k, v, self._layer_idx)
+        return self.keys, self.values, None  # no key positions: see the class docstring
+
+
+class HFLlamaAttention(nn.Module):
+    """pecode's attention behind the forward signature of transformers' ``LlamaAttention``.
+
+    ``forward(hidden_states, position_embeddings, attention_mask, past_key_values,
+    **kwargs) -> (output, None)``, as a Llama decoder layer calls its ``self_attn`` in
+    transformers 5.23. It ignores the model's rotary tables (``position_embeddings``):
+    the pecode layer rotates by the ``position_ids`` the decoder layer passes. It uses
+    the model's attention mask (a 4-D float mask from ``"eager"``, a boolean one or
+    ``None`` for a plain causal pass from ``"sdpa"``) and the model's KV cache, so
+    ``generate`` works unchanged. Attention weights are not returned
+    (``output_attentions`` gives none).
+
+    Args:
+        layer: the pecode attention (:func:`attention_from_llama`), whose scheme uses
+            positions only to transform queries and keys (RoPE, or none).
+        layer_idx: the decoder layer's index, its slot in the transformers cache.
+
+    Raises:
+        TypeError: ``layer`` is not a :class:`~pecode.attention.MultiHeadAttention`.
+        ValueError: its scheme adds a bias or an output term (ALiBi, T5, ...): those read
+            the key positions, which the transformers cache does not keep.
+    """
+
+    def __init__(self, layer: MultiHeadAttention, layer_idx: int) -> None:
+        super().__init__()
+        if not isinstance(layer, MultiHeadAttention):
+            raise TypeError(f"layer must be a MultiHeadAttention, got {type(layer).__name__}")
+        scheme = type(layer.position)
+        if scheme.score_bias is not PositionScheme.score_bias or layer.position.has_output_term:
+            raise ValueError(
+                f"layer's scheme {scheme.__name__} reads key positions after caching (a bias or "
+                "an output term); HFLlamaAttention takes RoPE or no positions"
+            )
+        self.layer = layer
+        self.layer_idx = check_int("layer_idx", layer_idx, minimum=0)
+        self.is_causal = True  # what transformers' attention functions read
+
+    def forward(
+        self,
+        hidden_states: Tensor,
+        position_embeddings: tuple[Tensor, Tensor] | None = None,
+        attention_mask: Tensor | None = None,
+        past_key_values: Any = None,
+        **kwargs: Any,
+    ) -> tuple[Tensor, None]:
+        """Attention over the cache and ``hidden_states``; ``(output, None)``.
+
+        Shapes::
+
+            hidden_states:  [B, L, D]
+            position_ids:   [B, L] or [1, L] (keyword; the decoder layer passes it)
+            attention_mask: [B, 1, L, Lk] (float: added to the logits; bool: True = may
+                            attend) or None (causal)
+            returns:        ([B, L, D], None)
+
+        Raises:
+            ValueError: no ``position_ids`` among the keywords.
+            TypeError: ``attention_mask`` is neither a 4-D tensor nor ``None`` (the mask
+                objects of flash or flex attention).
+        """
+        positions = kwargs.get("position_ids")
+        if positions is None:
+            raise ValueError(
+                "position_ids: the decoder layer passed none to self_attn; HFLlamaAttention "
+                "rotates by them (transformers' Llama decoder layer passes them)"
+            )
+        if attention_mask is not None and not (
+            isinstance(attention_mask, Tensor) and attention_mask.dim() == 4
+        ):
+            raise TypeError(
+                f"attention_mask must be a 4-D tensor or None (attn_implementation "
+                f"{' or '.join(map(repr, _MASK_IMPLEMENTATIONS))}), got "
+                f"{type(attention_mask).__name__}"
+            )
+        batch = hidden_states.shape[0]
+        if positions.dim() == 2 and positions.shape[0] == 1 and batch > 1:
+            positions = positions.expand(batch, -1)  # one row of positions for the batch
+        cache = None
+        if past_key_values is not None:
+            cache = _TransformersCacheLayer(past_key_values, self.layer_idx)
+        out = self.layer(
+            hidden_states,
+            positions=positions,
+            attn_mask=attention_mask,
+            causal=attention_mask is None,  # transformers' masks already hold causality
+            cache=cache,
+        )
+        return out, None
+
+
+def swap_llama_attention(model: nn.Module) -> nn.Module:
+    """Run a transformers Llama-family model's attention on pecode, in place.
+
+    Every module with a ``self_attn`` (the decoder layers) gets an
+    :class:`HFLlamaAttention` around :func:`attention_from_llama` of its attention, all
+    layers sharing one :class:`~pecode.rope.RotaryEmbedding` built from the model's
+    config. The weights are copied: the model holds pecode's layers afterwards, not
+    transformers' (``copy.deepcopy`` it first to keep the original).
+
+    Returns:
+        ``model``, changed.
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module`` with a transformers ``config``.
+        ValueError: its attention implementation is neither ``"eager"`` nor ``"sdpa"``
+            (flash and flex attention pass masks of their own kinds), it has no
+            ``self_attn`` to swap, or :func:`attention_from_llama` refuses a layer.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    config = getattr(model, "config", None)
+    if config is None or not callable(getattr(config, "to_dict", None)):
+        raise TypeError(f"model ({type(model).__name__}) has no transformers config")
+    implementation = getattr(config, "_attn_implementation", None)
+    if implementation not in _MASK_IMPLEMENTATIONS:
+        raise ValueError(
+            f"model's attn_implementation is {implementation!r}; swap_llama_attention reads "
+            f"the masks of {' and '.join(map(repr, _MASK_IMPLEMENTATIONS))}: load the model "
+            "with one of them"
+        )
+    blocks = [
+        block
+        for block in model.modules()
+        if isinstance(getattr(block, "self_attn", None), nn.Module)
+        and not isinstance(block.self_attn, HFLlamaAttention)
+    ]
+    if not blocks:
+        raise ValueError(f"model ({type(model).__name__}) has no self_attn to swap")
+    weight = _linear(blocks[0].self_attn, "q_proj", "a transformers LlamaAttention").weight
+    rope = RotaryEmbedding.from_hf_config(config.to_dict(), dtype=_table_dtype(weight))
+    for block in blocks:
+        hf_attention = block.self_attn
+        layer_idx = getattr(hf_attention, "layer_idx", None)
+        layer = attention_from_llama(hf_attention, position=rope)
+        block.self_attn = HFLlamaAttention(layer, layer_idx)
+    return model
