@@ -268,6 +268,13 @@ class KVCache:
     def next_positions(self, length: int, device: torch.device | str | None = None) -> Tensor:
         """Positions of the next ``length`` tokens, each row continuing from its own.
 
+        Row ``b`` continues from one past its *largest* cached position. After a
+        left-padded prefill this agrees with transformers' ``generate`` only if the
+        padding's positions are at most the last real one: transformers 4.x gives
+        padding position 1 (``masked_fill(mask == 0, 1)``), so a row with a single real
+        token at position 0 continues from 2 here, from 1 there. Pass ``positions``
+        explicitly to follow another convention.
+
         Shapes::
 
             returns: [length] while every row shares its positions (0 .. length-1 for an
@@ -438,11 +445,12 @@ class MultiHeadAttention(nn.Module):
 
             x:         [B, L, D] (floating)
             context:   [B, Lc, context_dim], same dtype as x
-            positions: [L] or [B, L] (integer); default 0 .. L-1, or with a self-attention
+            positions: [L], [1, L] or [B, L] (integer); default 0 .. L-1, or with a self-attention
                        cache each row's next positions (KVCache.next_positions)
             context_positions: [Lc] or [B, Lc] (integer); default 0 .. Lc-1
             attn_mask: broadcastable to [B, H, L, Lk]; bool (True = may attend) or float;
-                       a key padding mask [B, Lk] is attn_mask[:, None, None, :]
+                       a key padding mask [B, Lk] is attn_mask[:, None, None, :] (a 3-D
+                       mask, or a 2-D one with B == L > 1, is refused as ambiguous)
             returns:   [B, L, D]
 
         With ``causal=True`` and a cache, the ``L`` queries are the last ``L`` of the
@@ -554,7 +562,8 @@ class MultiHeadAttention(nn.Module):
             k_len = length + (0 if cache is None else len(cache))
             k_positions = positions
         if attn_mask is not None:  # checked before the cache grows
-            _check_broadcast("attn_mask", attn_mask, (batch, self.num_heads, length, k_len))
+            _check_mask(attn_mask, (batch, self.num_heads, length, k_len))
+            attn_mask = attn_mask[(None,) * (4 - attn_mask.dim())]  # SDPA wants >= 2 axes
         q = self._split_heads(self.q_proj(x))
         if reuse:
             k, v, k_positions = cache.keys, cache.values, cache.positions
@@ -684,9 +693,11 @@ class MultiHeadAttention(nn.Module):
         if positions is None:
             return torch.arange(length, device=device)
         check_integer_tensor(name, positions)
+        if positions.shape == (1, length):  # one row for the batch (HF's position_ids)
+            positions = positions.expand(batch, length)
         if positions.shape not in ((length,), (batch, length)):
             raise ValueError(
-                f"{name} must have shape [{length}] or [{batch}, {length}], "
+                f"{name} must have shape [{length}], [1, {length}] or [{batch}, {length}], "
                 f"got {tuple(positions.shape)}"
             )
         return positions.to(device)
@@ -712,6 +723,33 @@ def _grouped_matmul(a: Tensor, b: Tensor) -> Tensor:
     """
     kv_heads = b.shape[1]
     return (a.unflatten(1, (kv_heads, -1)) @ b.unsqueeze(2)).flatten(1, 2)
+
+
+def _check_mask(mask: Tensor, target: tuple[int, int, int, int]) -> None:
+    """Check ``attn_mask``'s dtype and shape against ``target`` = ``(B, H, Lq, Lk)``.
+
+    A mask with fewer than four axes lines up with the last ones, so its leading axis
+    meets the heads (3 axes) or the queries (2 axes). A key padding mask ``[B, Lk]``
+    then broadcasts by accident when ``B == Lq`` and masks row ``b``'s keys for query
+    ``b`` of every row; ``[B, Lq, Lk]`` does when ``B == H``. Refuse both.
+    """
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(mask).__name__}")
+    if mask.dtype != torch.bool and not mask.is_floating_point():
+        raise TypeError(f"attn_mask must be bool or floating, got {mask.dtype}")
+    batch, _, q_len, _ = target
+    ambiguous = (mask.dim() == 3 and mask.shape[0] != 1) or (
+        mask.dim() == 2 and mask.shape[0] == batch == q_len and batch > 1
+    )
+    if ambiguous:
+        raise ValueError(
+            f"attn_mask of shape {tuple(mask.shape)} has fewer axes than [batch, num_heads, "
+            f"q_len, k_len] = {list(target)}, so its first axis would line up with the "
+            f"{'heads' if mask.dim() == 3 else 'queries'}: give it all four axes "
+            f"(a key padding mask [B, Lk] is mask[:, None, None, :], a mask [B, Lq, Lk] is "
+            f"mask[:, None], one shared by every row [Lq, Lk] is mask[None, None])"
+        )
+    _check_broadcast("attn_mask", mask, target)
 
 
 def _check_broadcast(name: str, t: Tensor, target: tuple[int, int, int, int]) -> None:

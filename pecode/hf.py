@@ -4,8 +4,9 @@ Two things:
 
 1. **Builders**, ``attention_from_*``: given one attention module of a transformers
    model, a :class:`~pecode.attention.MultiHeadAttention` with the same weights (copied)
-   and the matching position scheme. Llama and the models that share its attention
-   (grouped-query attention, every rope type of the config through
+   and the matching position scheme. Llama and Mistral (checked: other models
+   with its four projections compute other things and are refused; grouped-query
+   attention, every rope type of the config through
    :meth:`RotaryEmbedding.from_hf_config <pecode.rope.RotaryEmbedding.from_hf_config>`),
    GPT-NeoX (partial rotary), GPT-J (interleaved partial rotary), BLOOM (ALiBi) and T5
    (relative bias; unscaled encoder-decoder attention). The pecode layer computes what
@@ -27,6 +28,7 @@ pecode: this module reads the modules it is given and never imports it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -124,6 +126,34 @@ def _dropout(value: object) -> float:
     return float(value.p) if isinstance(value, nn.Dropout) else float(value or 0.0)
 
 
+# config.model_type of the models whose attention is Llama's, read in transformers 5.23:
+# four projections, rotate_half RoPE, q·k / sqrt(head_dim), nothing else
+_LLAMA_MODEL_TYPES = ("llama", "mistral")
+
+
+def _check_llama_semantics(hf_attention: nn.Module, head_dim: int) -> None:
+    """Refuse an attention module that computes something other than Llama's attention."""
+    model_type = _config_dict(hf_attention).get("model_type")
+    if model_type not in _LLAMA_MODEL_TYPES:
+        raise ValueError(
+            f"hf_attention belongs to a model of type {model_type!r}; attention_from_llama "
+            f"copies the attention of {', '.join(map(repr, _LLAMA_MODEL_TYPES))} only (others "
+            "with the same projections normalise q and k, scale q·k or rotate differently)"
+        )
+    for name in ("q_norm", "k_norm"):
+        if getattr(hf_attention, name, None) is not None:
+            raise ValueError(
+                f"hf_attention has a {name} (queries or keys normalised before RoPE, as in "
+                "Qwen3 and OLMo2); MultiHeadAttention has none"
+            )
+    scaling = getattr(hf_attention, "scaling", None)
+    if scaling is not None and not math.isclose(float(scaling), head_dim**-0.5, rel_tol=1e-6):
+        raise ValueError(
+            f"hf_attention.scaling is {scaling}, not 1/sqrt(head_dim) = {head_dim**-0.5} "
+            "(Granite's attention_multiplier); MultiHeadAttention scales by 1/sqrt(head_dim)"
+        )
+
+
 # --------------------------------------------------------------------------- builders
 
 
@@ -139,9 +169,11 @@ def attention_from_llama(
     rotates). The result is :class:`~pecode.attention.MultiHeadAttention` on the
     module's device and dtype; call it with ``causal=True`` and the model's positions
     (``positions=position_ids``), or use :func:`swap_llama_attention` to run a whole
-    model on it. Models whose attention has the same four projections and rotary
-    embedding (Mistral without a sliding window, for instance) work alike; only Llama
-    is tested.
+    model on it. Only model types whose attention computes exactly this are accepted
+    (``config.model_type`` ``"llama"`` or ``"mistral"``, read in transformers 5.23): other
+    models with the same four projections differ elsewhere (Qwen3's and OLMo2's
+    normalised queries and keys, Granite's ``attention_multiplier``, Cohere's
+    interleaved rotation) and would run without error to different numbers.
 
     Args:
         hf_attention: a decoder layer's ``self_attn`` (``q_proj``, ``k_proj``,
@@ -157,13 +189,17 @@ def attention_from_llama(
             :class:`~pecode.attention.MultiHeadAttention` cannot hold), the four
             projections do not all have a bias or all lack one (Qwen2's q/k/v have one,
             its o_proj has none), or the config's RoPE block is refused by
-            :func:`pecode.scaling.hf_rope_arguments` (the message names the key).
+            :func:`pecode.scaling.hf_rope_arguments` (the message names the key); the
+            config's ``model_type`` is not one of those above, or the module normalises
+            queries or keys (``q_norm``, ``k_norm``) or scales ``q·k`` by other than
+            ``1/sqrt(head_dim)`` (``scaling``).
     """
     what = "a transformers LlamaAttention"
     q, k, v, o = (
         _linear(hf_attention, name, what) for name in ("q_proj", "k_proj", "v_proj", "o_proj")
     )
     head_dim = check_int("hf_attention.head_dim", getattr(hf_attention, "head_dim", None))
+    _check_llama_semantics(hf_attention, head_dim)
     hidden, heads, kv_heads = q.in_features, q.out_features // head_dim, k.out_features // head_dim
     if heads * head_dim != hidden:
         raise ValueError(
@@ -398,24 +434,56 @@ def attention_from_t5(
 # --------------------------------------------------------------------------- a whole model
 
 
+# the transformers 5.23 cache layers whose update returns the stored keys then the new
+# ones (the sliding one stores at most sliding_window - 1); a static layer returns all
+# its preallocated slots instead
+_CACHE_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer")
+
+
 class _TransformersCacheLayer(KVCache):
     """One layer of a transformers ``Cache`` seen as a :class:`~pecode.attention.KVCache`.
 
-    Keys and values live in the transformers cache (``update`` appends and returns them
-    all), so the model's ``generate`` and its masks see the lengths they expect. Key
-    positions are not kept: :class:`HFLlamaAttention` accepts only schemes that use
-    them in ``transform_qk`` (before caching), never afterwards.
+    Keys and values live in the transformers cache (``update`` appends and returns the
+    stored keys followed by the new ones), so the model's ``generate`` and its masks see
+    the lengths they expect. The length is the number of stored keys, which for a
+    sliding-window layer stops at ``sliding_window - 1``: that is how many keys the
+    model's mask covers before the new ones. Key positions are not kept:
+    :class:`HFLlamaAttention` accepts only schemes that use them in ``transform_qk``
+    (before caching), never afterwards.
+
+    Raises:
+        ValueError: the layer is of another kind (``StaticCache``'s preallocated slots,
+            a quantized cache), or ``update`` returns other than stored + new keys.
     """
 
     def __init__(self, cache: Any, layer_idx: int) -> None:
         super().__init__()
         self._cache, self._layer_idx = cache, layer_idx
+        layers = getattr(cache, "layers", None)
+        self._layer = layers[layer_idx] if isinstance(layers, list | tuple) else None
+        kind = type(self._layer).__name__
+        if self._layer is not None and kind not in _CACHE_LAYERS:
+            raise ValueError(
+                f"past_key_values holds a {kind} for layer {layer_idx}; HFLlamaAttention "
+                f"takes the cache layers {', '.join(_CACHE_LAYERS)} (a DynamicCache, the "
+                "default: not cache_implementation='static')"
+            )
 
     def __len__(self) -> int:
+        keys = getattr(self._layer, "keys", None)
+        if isinstance(keys, Tensor) and getattr(self._layer, "is_initialized", True):
+            return keys.shape[-2]  # what update returns before the new keys
         return int(self._cache.get_seq_length(self._layer_idx))
 
     def append(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Any]:
+        expected = len(self) + k.shape[-2]
         self.keys, self.values = self._cache.update(k, v, self._layer_idx)
+        if self.keys.shape[-2] != expected:
+            raise ValueError(
+                f"the transformers cache returned {self.keys.shape[-2]} keys for layer "
+                f"{self._layer_idx}, not the {expected} stored and new ones HFLlamaAttention "
+                "expects"
+            )
         return self.keys, self.values, None  # no key positions: see the class docstring
 
 

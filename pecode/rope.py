@@ -159,7 +159,9 @@ def _check_rope_inputs(
     if len(table) < 2 or 2 * table[-1] != shape[-1] or table[-2] not in (1, shape[-2]):
         raise ValueError(
             f"cos/sin must have shape [..., {shape[-2]}, {shape[-1] // 2}] to rotate x of "
-            f"shape {tuple(shape)}, got {tuple(table)}"
+            f"shape {tuple(shape)}, got {tuple(table)} (x's positions must be its "
+            f"second-to-last axis: transpose x [B, L, H, dim] to [B, H, L, dim] with "
+            f"x.transpose(1, 2))"
         )
     if len(table) > 2:  # batched tables ([B, 1, L, dim/2], say): they must broadcast
         _check_head_axis(shape, table, "cos/sin", "cos[:, None], sin[:, None]")
@@ -219,6 +221,8 @@ def _check_out(out: Tensor, x: Tensor, cos: Tensor, sin: Tensor, shape: torch.Si
         rope_kernels.overlaps(out, t) for t in (x, cos, sin)
     ):
         raise ValueError("out must not share memory with x, cos or sin")
+    if not torch.compiler.is_compiling() and torch._debug_has_internal_overlap(out) == 1:
+        raise ValueError("out must not have elements that share memory (an expanded view)")
 
 
 def apply_rope(
@@ -232,6 +236,11 @@ def apply_rope(
     ``layout="interleaved"`` they are ``(x_{2i}, x_{2i+1})`` (RoFormer, GPT-J, Meta's
     Llama). The arithmetic runs in the wider of ``x``'s and the tables' dtypes; the
     result has ``x``'s dtype.
+
+    **The positions are x's second-to-last axis** (``[..., L, dim]``): x in the
+    ``[B, L, H, dim]`` layout (torchtune, Meta's Llama, flash-attn) must be given as
+    ``x.transpose(1, 2)``. When ``L == H`` the wrong layout cannot be told from the
+    shapes and is rotated by the wrong axis without error.
 
     The element-wise formula, :func:`rope_formula`, is the definition. When the
     arithmetic is float32 or float64 and the tables need no gradient,
@@ -269,8 +278,8 @@ def rope_formula(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
 
     ``(a, b) -> (a cos - b sin, a sin + b cos)`` for every pair, in the wider of ``x``'s
     and the tables' dtypes, returned in ``x``'s. :func:`apply_rope` runs it when the
-    kernels of :mod:`pecode.rope_kernels` do not apply, and the kernels' compiled CUDA
-    path hands it to ``torch.compile`` to fuse.
+    kernels of :mod:`pecode.rope_kernels` do not apply, and ``torch.compile`` fuses it
+    when a compiled model calls ``apply_rope``.
     """
     work = torch.promote_types(x.dtype, cos.dtype)
     cos, sin = cos.to(work), sin.to(work)
@@ -880,6 +889,9 @@ class RotaryEmbedding(PositionScheme):
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
         """Rotate ``x [B, H, L, head_dim]`` by ``positions [L]`` or ``[B, L]``.
 
+        The positions are x's second-to-last axis: give ``[B, L, H, head_dim]`` as
+        ``x.transpose(1, 2)``; with ``L == H`` the wrong layout passes every check.
+
         Raises:
             TypeError: ``x`` is not a tensor, or ``positions`` is not an integer tensor.
             ValueError: ``x``'s last dimension is not ``head_dim``, or ``positions`` does
@@ -903,8 +915,8 @@ class RotaryEmbedding(PositionScheme):
         ):
             raise ValueError(
                 f"{positions_name} must have shape [{length}] or [{batch}, {length}] to rotate "
-                f"{name} of shape {tuple(x.shape)} ([B, H, L, head_dim]), "
-                f"got {tuple(positions.shape)}"
+                f"{name} of shape {tuple(x.shape)} ([B, H, L, head_dim]; transpose "
+                f"[B, L, H, head_dim] with .transpose(1, 2)), got {tuple(positions.shape)}"
             )
         cos, sin = self.cos_sin(positions)
         if batched:  # [B, L, r] -> [B, 1, L, r], shared by the heads

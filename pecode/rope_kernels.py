@@ -353,6 +353,7 @@ def _rotate_narrow(
 
 _TRITON: dict[str, Any] = {}
 _TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_PLAIN = (Tensor, torch.nn.Parameter)
 
 
 def _triton():
@@ -368,6 +369,12 @@ def _triton():
     return _TRITON["module"]
 
 
+def _triton_device(x: Tensor) -> bool:
+    """Whether ``x`` lives where the kernel runs (CUDA; tests point it at Triton's
+    CPU interpreter)."""
+    return x.is_cuda
+
+
 def _use_triton(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor | None = None) -> bool:
     """Whether the Triton kernel rotates ``x``: a CUDA input of a shape and strides it takes.
 
@@ -377,7 +384,8 @@ def _use_triton(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor | None = None) 
     or a tracking mode would not see the kernel's reads and writes).
     """
     return (
-        x.is_cuda
+        _triton_device(x)
+        and type(x) in _PLAIN  # a subclass (DTensor, say) may hold no local storage
         and x.dtype in _TRITON_DTYPES
         and cos.dtype == sin.dtype == torch.float32
         and x.dim() <= 4

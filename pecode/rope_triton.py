@@ -19,6 +19,9 @@ last dimension is contiguous: nothing is allocated when the caller passes it.
 
 from __future__ import annotations
 
+import contextlib
+
+import torch
 import triton
 import triton.language as tl
 from torch import Tensor
@@ -128,21 +131,25 @@ def launch(
     block_half = triton.next_power_of_2(half)
     block_l = min(triton.next_power_of_2(length), max(1, _ELEMENTS_PER_PROGRAM // (2 * block_half)))
     block_l = max(block_l, triton.next_power_of_2(triton.cdiv(length, _MAX_GRID_Y)))
-    _rope_kernel[(batch * heads, triton.cdiv(length, block_l))](
-        x,
-        cos,
-        sin,
-        out,
-        length,
-        heads,
-        *x_strides[:3],
-        *out_strides[:3],
-        *table_strides[:3],
-        HALF=half,
-        BLOCK_L=block_l,
-        BLOCK_HALF=block_half,
-        INTERLEAVED=layout == "interleaved",
-        CONJUGATE=conjugate,
-        num_warps=4,
-    )
+    grid = (batch * heads, triton.cdiv(length, block_l))
+    # Triton launches on the current device's stream: make it x's (a model spread over
+    # several GPUs calls with tensors on any of them)
+    with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
+        _rope_kernel[grid](
+            x,
+            cos,
+            sin,
+            out,
+            length,
+            heads,
+            *x_strides[:3],
+            *out_strides[:3],
+            *table_strides[:3],
+            HALF=half,
+            BLOCK_L=block_l,
+            BLOCK_HALF=block_half,
+            INTERLEAVED=layout == "interleaved",
+            CONJUGATE=conjugate,
+            num_warps=4,
+        )
     return out

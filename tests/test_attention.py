@@ -696,3 +696,46 @@ def test_explicit_weights_have_exact_gradients(kv_heads):
     assert torch.autograd.gradcheck(
         lambda x: layer(x, attn_mask=keep, causal=True), (x,), eps=1e-6, atol=1e-8
     )
+
+
+def test_masks_whose_first_axis_would_meet_heads_or_queries_are_refused():
+    # a [B, Lk] key mask with B == Lq, or [B, Lq, Lk] with B == H, broadcast by accident
+    layer = MultiHeadAttention(12, 3)
+    x = torch.randn(3, 3, 12)
+    keep = torch.tensor([[False, True, True], [True] * 3, [True] * 3])
+    with torch.no_grad():
+        padded = layer(x, attn_mask=keep[:, None, None, :])
+        with pytest.raises(ValueError, match=r"mask\[:, None, None, :\]"):
+            layer(x, attn_mask=keep)
+        with pytest.raises(ValueError, match="heads"):
+            layer(x, attn_mask=keep[:, None, :].expand(3, 3, 3))
+        # unambiguous shapes still pass: [Lq, Lk] with B != Lq, and [Lk]
+        shared = torch.ones(3, 3, dtype=torch.bool).tril()
+        assert torch.equal(layer(x[:2], attn_mask=shared), layer(x[:2], causal=True))
+        assert torch.equal(layer(x[2:], attn_mask=keep[2]), layer(x[2:]))
+    assert not torch.allclose(padded[0], layer(x)[0])  # the 4-D mask did mask row 0
+
+
+def test_a_refused_mask_leaves_the_cache_as_it_was():
+    # the dtype was checked after the keys were appended: a retry saw them twice
+    layer = MultiHeadAttention(16, 2, position=RotaryEmbedding(8)).to(torch.float64)
+    x = torch.randn(2, 4, 16, dtype=torch.float64)
+    cache = KVCache()
+    with torch.no_grad():
+        with pytest.raises(TypeError, match="attn_mask"):
+            layer(x, causal=True, attn_mask=torch.ones(2, 1, 1, 4, dtype=torch.long), cache=cache)
+        assert len(cache) == 0
+        assert cache.next_position == 0
+        retried = layer(x, causal=True, cache=cache)
+        assert torch.equal(retried, layer(x, causal=True))
+
+
+def test_positions_with_one_row_serve_the_whole_batch():
+    # transformers passes position_ids of shape [1, L] for a whole batch
+    layer = MultiHeadAttention(16, 2, position=RotaryEmbedding(8)).to(torch.float64)
+    x = torch.randn(3, 5, 16, dtype=torch.float64)
+    positions = torch.arange(2, 7)
+    with torch.no_grad():
+        expected = layer(x, positions=positions, causal=True)
+        assert torch.equal(layer(x, positions=positions[None], causal=True), expected)
+        assert torch.equal(layer(x, positions=positions.expand(3, 5), causal=True), expected)

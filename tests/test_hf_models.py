@@ -388,6 +388,76 @@ def test_hf_builders_and_wrapper_refuse_what_they_cannot_do():
         )
 
 
+# tiny configs of models whose attention has Llama's four projections but computes
+# something else (transformers 5.23): normalised q and k, a q·k factor, interleaved pairs
+OTHER_SEMANTICS = {
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 8}),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}),
+    "granite": ("GraniteConfig", "GraniteForCausalLM", {"attention_multiplier": 0.5}),
+    "cohere": ("CohereConfig", "CohereForCausalLM", {"pad_token_id": 0, "eos_token_id": 1}),
+}
+
+
+@pytest.mark.parametrize("model_type", list(OTHER_SEMANTICS))
+def test_llama_builders_refuse_attention_that_computes_something_else(model_type):
+    # before the check these ran without error to logits far from transformers' own
+    config_name, model_name, extra = OTHER_SEMANTICS[model_type]
+    fields = {k: v for k, v in llama_config("default").items() if k != "model_type"}
+    config = getattr(transformers, config_name)(**fields, **extra, attn_implementation="sdpa")
+    model = getattr(transformers, model_name)(config).eval()
+    with pytest.raises(ValueError, match=repr(model_type)):
+        attention_from_llama(model.model.layers[0].self_attn)
+    with pytest.raises(ValueError, match=repr(model_type)):
+        swap_llama_attention(model)
+
+
+def test_llama_builder_refuses_q_norm_and_other_scaling():
+    # a "llama" config does not vouch for the module: check what it computes
+    model = llama_model(llama_config("default"))
+    attention = model.model.layers[0].self_attn
+    attention.q_norm = nn.LayerNorm(8)
+    with pytest.raises(ValueError, match="q_norm"):
+        attention_from_llama(attention)
+    del attention.q_norm
+    attention.scaling = 0.5  # Granite's attention_multiplier in place of 1/sqrt(8)
+    with pytest.raises(ValueError, match="scaling"):
+        attention_from_llama(attention)
+
+
+def test_swap_mistral_with_sliding_window_inside_generate():
+    # the sliding-window cache returns the last sliding_window - 1 keys and the new ones:
+    # with a window of 4, decoding past it (prompt 6, 5 new tokens) used to fail in SDPA
+    from transformers import MistralConfig, MistralForCausalLM
+
+    fields = {k: v for k, v in llama_config("default").items() if k != "model_type"}
+    config = MistralConfig(**fields, sliding_window=4, attn_implementation="sdpa")
+    model = randomize(MistralForCausalLM(config).eval())
+    swapped = swap_llama_attention(copy.deepcopy(model))
+    ids = torch.randint(1, 64, (2, 6), generator=torch.Generator().manual_seed(3))
+    options = {
+        "max_new_tokens": 5,
+        "do_sample": False,
+        "output_logits": True,
+        "return_dict_in_generate": True,
+        "pad_token_id": 0,
+    }
+    theirs = model.generate(input_ids=ids, **options)
+    ours = swapped.generate(input_ids=ids, **options)
+    assert torch.equal(ours.sequences, theirs.sequences)
+    for step, (a, b) in enumerate(zip(ours.logits, theirs.logits, strict=True)):
+        assert worst(a, b) < LOGITS_TOLERANCE, step
+
+
+def test_swapped_model_refuses_a_static_cache():
+    # StaticCache returns all its preallocated slots, not past + new keys
+    swapped = swap_llama_attention(llama_model(llama_config("default"), "sdpa"))
+    ids, _, _ = prompts()
+    with pytest.raises(ValueError, match="StaticLayer"):
+        swapped.generate(
+            input_ids=ids, max_new_tokens=2, do_sample=False, cache_implementation="static"
+        )
+
+
 # --------------------------------------------------------------------------- GPT-NeoX
 
 

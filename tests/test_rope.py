@@ -645,3 +645,13 @@ def test_gradient_equals_the_transposed_rotation(layout):
     cos, sin = rope_cos_sin(positions, inv)
     (apply_rope(x, cos, sin, layout) * g).sum().backward()
     assert torch.allclose(x.grad, rope_loop(g, -positions, layout=layout), atol=1e-12)
+
+
+def test_out_whose_elements_share_memory_is_refused():
+    # an expanded view writes one element from several places: last writer wins on the
+    # GPU kernel, so it is refused on every device (the CPU raised torch's own error)
+    x = torch.randn(2, 3, 7, 8)
+    cos, sin = rope_cos_sin(torch.arange(7), rope_inv_freq(8))
+    out = torch.empty(1, 3, 7, 8).expand(2, 3, 7, 8)
+    with pytest.raises(ValueError, match="out must not have elements that share memory"):
+        apply_rope(x, cos, sin, out=out)

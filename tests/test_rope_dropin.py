@@ -360,3 +360,18 @@ def test_dynamic_ntk_follows_hugging_faces_rule_over_a_sequence_of_calls():
     at_33 = dynamic_inv_freq_loop(32, 10000.0, 2.0, 32, 33)
     fresh = torch.cos(32 * at_33)
     assert float((stale.double() - torch.cat((fresh, fresh))).abs().max()) > 1e-3
+
+
+def test_a_layout_error_names_the_transpose_that_fixes_it():
+    # x [B, L, H, dim] with L != H: the error says positions are the second-to-last axis
+    x = torch.randn(2, 7, 4, 16)
+    rope = RotaryEmbedding(16)
+    with pytest.raises(ValueError, match=r"transpose\(1, 2\)"):
+        rope.rotate(x, torch.arange(7))
+    cos, sin = pecode.rope.rope_cos_sin(torch.arange(7), pecode.rope.rope_inv_freq(16))
+    with pytest.raises(ValueError, match=r"transpose\(1, 2\)"):
+        pecode.rope.apply_rope(x, cos, sin)
+    # transposed, it rotates like the float64 loop
+    expected = rope_loop(x.transpose(1, 2).double(), torch.arange(7), layout="half")
+    got = rope.rotate(x.transpose(1, 2), torch.arange(7))
+    assert torch.allclose(got.double(), expected, atol=1e-5)
