@@ -1,29 +1,42 @@
-"""The small training runs of chapter 12: data, model, training, evaluation, sweep."""
+"""The small training runs of chapter 12: data, model, window, readings, training, sweep."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 
 from pecode.experiments import (
     IGNORE_INDEX,
+    ROPE_READINGS,
     ROPE_SCALINGS,
     SCHEMES,
     ExperimentConfig,
+    FrequencyRotary,
+    NeedleCopyBatch,
     TinyDecoder,
     cpu_threads,
     delayed_copy_batch,
     evaluate,
+    evaluate_probes,
+    needle_copy_batch,
     run_experiment,
+    sliding_window_mask,
     train,
     with_rope_scaling,
+    yarn_paper_frequencies,
 )
+from pecode.reference.scaling import yarn_inv_freq_code_loop, yarn_inv_freq_paper_loop
+from pecode.rope import RotaryEmbedding
+from pecode.scaling import rope_frequencies
 
 TINY = ExperimentConfig(
     train_length=8,
     eval_factors=(1, 2),
     offset=2,
     vocab_size=6,
+    needle_values=0,
     dim=16,
     num_heads=2,
     num_layers=1,
@@ -32,6 +45,24 @@ TINY = ExperimentConfig(
     lr=1e-2,
     eval_sequences=8,
 )
+# both tasks, small enough to learn in a few seconds
+TINY_NEEDLE = ExperimentConfig(
+    train_length=16,
+    eval_factors=(1, 2),
+    offset=2,
+    vocab_size=6,
+    needle_values=3,
+    dim=32,
+    num_heads=2,
+    num_layers=2,
+    steps=150,
+    batch_size=16,
+    lr=1e-2,
+    eval_sequences=16,
+)
+
+
+# --- data ------------------------------------------------------------------------------
 
 
 def test_delayed_copy_targets_match_a_loop():
@@ -46,6 +77,34 @@ def test_delayed_copy_targets_match_a_loop():
         for t in range(10):
             expected = tokens[b, t - 3] if t >= 3 else IGNORE_INDEX
             assert int(targets[b, t]) == int(expected)
+
+
+def test_needle_copy_batch_matches_a_loop():
+    batch = needle_copy_batch(
+        6,
+        20,
+        offset=3,
+        vocab_size=5,
+        needle_values=4,
+        needle_span=5,
+        generator=torch.Generator().manual_seed(1),
+    )
+    for name in ("tokens", "copy_targets", "needle_targets"):
+        assert getattr(batch, name).shape == (6, 20), name
+    assert batch.needle_positions.shape == (6,)
+    for b in range(6):
+        row = batch.tokens[b].tolist()
+        needles = [t for t, token in enumerate(row) if token >= 5]
+        assert needles == [int(batch.needle_positions[b])]  # exactly one, in the span
+        p = needles[0]
+        assert p < 5
+        value = row[p] - 5
+        assert 0 <= value < 4
+        for t in range(20):
+            copy = row[t - 3] if t >= 3 else IGNORE_INDEX
+            assert int(batch.copy_targets[b, t]) == copy
+            assert int(batch.needle_targets[b, t]) == (value if t > p else IGNORE_INDEX)
+            assert int(batch.needle_distance()[b, t]) == t - p
 
 
 @pytest.mark.parametrize(
@@ -66,6 +125,20 @@ def test_delayed_copy_rejects_bad_input(kwargs, error):
         delayed_copy_batch(batch_size, 10, **args)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"needle_values": 1}, "needle_values"), ({"needle_span": 10}, "needle_span")],
+)
+def test_needle_batch_rejects_bad_input(kwargs, match):
+    args = {"offset": 2, "vocab_size": 4, "needle_values": 3, "needle_span": 3}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        needle_copy_batch(2, 10, generator=torch.Generator(), **args)
+
+
+# --- model -----------------------------------------------------------------------------
+
+
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_model_shapes_and_causality(scheme):
     torch.manual_seed(0)
@@ -78,6 +151,14 @@ def test_model_shapes_and_causality(scheme):
     assert logits.shape == (2, 12, 7)
     assert torch.equal(logits[:, :8], logits_changed[:, :8])
     assert not torch.allclose(logits[:, 8:], logits_changed[:, 8:])
+
+
+def test_output_size_sets_the_readout():
+    model = TinyDecoder("rope", vocab_size=7, max_len=12, dim=16, num_heads=2, output_size=10)
+    assert model(torch.zeros(2, 5, dtype=torch.long)).shape == (2, 5, 10)
+    assert TINY_NEEDLE.output_size == 6 + 3 + 3
+    with pytest.raises(ValueError, match="output_size"):
+        TinyDecoder("rope", vocab_size=7, max_len=12, dim=16, num_heads=2, output_size=1)
 
 
 def test_learned_table_is_not_defined_past_max_len():
@@ -106,40 +187,116 @@ def test_model_rejects_bad_tokens():
         model(torch.full((1, 4), 5))
     with pytest.raises(ValueError, match="tokens"):
         model(torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="window"):
+        model(torch.zeros(1, 4, dtype=torch.long), window=0)
 
 
-def test_a_tiny_run_learns():
-    model, losses = train("rope", TINY, seed=0)
-    first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
-    assert last < 0.5 * first
-    tokens, targets = delayed_copy_batch(
-        32, 8, offset=2, vocab_size=6, generator=torch.Generator().manual_seed(1)
+# --- the window ablation ----------------------------------------------------------------
+
+
+def test_sliding_window_mask_matches_a_loop():
+    mask = sliding_window_mask(7, 3)
+    assert mask.shape == (7, 7)
+    assert mask.dtype == torch.bool
+    for t in range(7):
+        for u in range(7):
+            assert bool(mask[t, u]) == (0 <= t - u < 3)
+
+
+@pytest.mark.parametrize("scheme", ["rope", "t5", "sinusoidal", "none"])
+def test_window_hides_exactly_the_keys_window_or_more_back(scheme):
+    torch.manual_seed(0)
+    model = TinyDecoder(scheme, vocab_size=7, max_len=24, dim=16, num_heads=2, num_layers=2)
+    model.eval()
+    tokens = torch.randint(7, (2, 24))
+    changed = tokens.clone()
+    changed[:, 3] = (changed[:, 3] + 1) % 7  # a key 3 back from position 6
+    with torch.no_grad():
+        full, windowed = model(tokens), model(tokens, window=4)
+        full_changed, windowed_changed = model(changed), model(changed, window=4)
+        # a window of the whole length masks nothing (the fused kernel may round differently)
+        assert torch.allclose(model(tokens, window=24), full, atol=1e-5)
+    # two layers with window 4 see 3 + 3 = 6 positions back at most: from position 10 on,
+    # the change at position 3 is invisible with the window, visible without it
+    assert torch.equal(windowed[:, 10:], windowed_changed[:, 10:])
+    assert not torch.allclose(full[:, 10:], full_changed[:, 10:])
+    # nearer positions still see it
+    assert not torch.allclose(windowed[:, 3:10], windowed_changed[:, 3:10])
+
+
+def test_window_cuts_the_needle_off():
+    """A trained model finds the needle; with a window shorter than the distance it cannot."""
+    model, _ = train("rope", TINY_NEEDLE, seed=0)
+    batch = TINY_NEEDLE.batch(64, 32, torch.Generator().manual_seed(5))
+    with cpu_threads(1):
+        full = evaluate_probes(model, batch, TINY_NEEDLE)
+        windowed = evaluate_probes(model, batch, TINY_NEEDLE, window=4)
+    chance = 1 / TINY_NEEDLE.needle_values
+    assert full.near > 0.9
+    # positions 4 or more after the needle: two layers with window 4 still reach 6 back,
+    # so look at distances >= 7, where no path from the needle is left
+    far = windowed.needle[7:][~torch.isnan(windowed.needle[7:])]
+    assert float(far.mean()) < chance + 0.2
+    assert float(full.needle[7:16].nanmean()) > 0.9
+
+
+# --- reading a RoPE model at longer lengths ---------------------------------------------
+
+
+@pytest.mark.parametrize(("head_dim", "length"), [(16, 256), (64, 4096), (128, 4096)])
+@pytest.mark.parametrize("factor", [2.0, 4.0, 16.0])
+def test_yarn_paper_frequencies_match_the_papers_loop(head_dim, length, factor):
+    ours = yarn_paper_frequencies(head_dim, 10000.0, factor, length)
+    loop = yarn_inv_freq_paper_loop(head_dim, 10000.0, factor, length)
+    assert ours.dtype == torch.float64
+    assert torch.allclose(ours, loop, rtol=1e-12, atol=0)
+
+
+def test_paper_and_code_ramps_agree_outside_the_ramp_only():
+    """Chapter 12's setting (d = 16, L0 = 256): pair 0 turns 40.7 > 32 times, pairs 4..7
+    less than once; the ramps agree there and differ on pairs 1..3."""
+    paper = yarn_paper_frequencies(16, 10000.0, 4.0, 256)
+    code, _ = rope_frequencies(
+        "yarn", 16, 10000.0, dtype=torch.float64, factor=4.0, original_max_position_embeddings=256
     )
-    accuracy, loss = evaluate(model, tokens, targets)
-    assert accuracy.shape == (8,)
-    assert torch.isnan(accuracy[:2]).all()  # no targets before the offset
-    assert float(accuracy[2:].mean()) > 1 / 6 + 0.3  # well above chance
-    assert loss < first
+    assert torch.allclose(code, yarn_inv_freq_code_loop(16, 10000.0, 4.0, 256), rtol=1e-12)
+    same = torch.isclose(paper, code, rtol=1e-12, atol=0)
+    assert same.tolist() == [True, False, False, False, True, True, True, True]
+    assert bool((code[1:4] > paper[1:4]).all())  # the code keeps more of the middle pairs
 
 
-def test_training_is_deterministic_under_a_seed():
-    short = ExperimentConfig(**{**TINY.__dict__, "steps": 15})
-    model_a, losses_a = train("t5", short, seed=3)
-    model_b, losses_b = train("t5", short, seed=3)
-    _, losses_c = train("t5", short, seed=4)
-    assert losses_a == losses_b
-    for (name, a), (_, b) in zip(
-        model_a.state_dict().items(), model_b.state_dict().items(), strict=True
-    ):
-        assert torch.equal(a, b), name
-    assert losses_a != losses_c
+def test_yarn_paper_frequencies_reject_bad_input():
+    with pytest.raises(ValueError, match="factor"):
+        yarn_paper_frequencies(16, 10000.0, 0.5, 256)
+    with pytest.raises(ValueError, match="beta"):
+        yarn_paper_frequencies(16, 10000.0, 2.0, 256, alpha=2.0, beta=1.0)
+    with pytest.raises(TypeError, match="original_length"):
+        yarn_paper_frequencies(16, 10000.0, 2.0, 256.0)
+
+
+def test_frequency_rotary_equals_rotary_embedding_with_the_same_frequencies():
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 3, 40, 16), torch.randn(2, 3, 40, 16)
+    positions = torch.arange(40)
+    params = {"factor": 4.0, "original_max_position_embeddings": 8}
+    inv_freq, factor = rope_frequencies("yarn", 16, 10000.0, dtype=torch.float64, **params)
+    ours = FrequencyRotary(inv_freq, factor).transform_qk(q, k, positions, positions)
+    theirs = RotaryEmbedding(16, scaling="yarn", scaling_params=params).transform_qk(
+        q, k, positions, positions
+    )
+    for a, b in zip(ours, theirs, strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+    with pytest.raises(TypeError, match="inv_freq"):
+        FrequencyRotary(torch.arange(8))
+    with pytest.raises(ValueError, match="attention_factor"):
+        FrequencyRotary(inv_freq, 0.0)
 
 
 def test_rope_scaling_keeps_weights_and_is_identity_at_factor_one():
     torch.manual_seed(0)
     model = TinyDecoder("rope", vocab_size=5, max_len=8, dim=16, num_heads=2).eval()
     tokens = torch.randint(5, (2, 8))
-    for kind in ROPE_SCALINGS:
+    for kind in ROPE_READINGS:
         scaled = with_rope_scaling(model, kind, 1.0)
         state, scaled_state = model.state_dict(), scaled.state_dict()
         assert state.keys() == scaled_state.keys()
@@ -165,6 +322,79 @@ def test_rope_scaling_rejects_bad_input():
         with_rope_scaling(torch.nn.Linear(2, 2), "ntk", 2.0)
 
 
+# --- training and evaluation ------------------------------------------------------------
+
+
+def test_a_tiny_run_learns():
+    model, losses = train("rope", TINY, seed=0)
+    first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
+    assert last < 0.5 * first
+    tokens, targets = delayed_copy_batch(
+        32, 8, offset=2, vocab_size=6, generator=torch.Generator().manual_seed(1)
+    )
+    accuracy, loss = evaluate(model, tokens, targets)
+    assert accuracy.shape == (8,)
+    assert torch.isnan(accuracy[:2]).all()  # no targets before the offset
+    assert float(accuracy[2:].mean()) > 1 / 6 + 0.3  # well above chance
+    assert loss < first
+
+
+def test_a_tiny_run_learns_both_tasks():
+    model, losses = train("rope", TINY_NEEDLE, seed=0)
+    assert sum(losses[-10:]) / 10 < 0.3 * sum(losses[:10]) / 10
+    batch = TINY_NEEDLE.batch(32, 16, torch.Generator().manual_seed(2))
+    with cpu_threads(1):
+        probes = evaluate_probes(model, batch, TINY_NEEDLE)
+    assert probes.copy.shape == probes.needle.shape == (16,)
+    assert float(probes.copy.nanmean()) > 0.9
+    assert probes.near > 0.9
+    assert math.isnan(probes.far)  # no position is 16 or more after a needle at < 4
+
+
+def test_evaluate_probes_counts_by_hand():
+    """A model that always answers copy class 0 and needle value 1."""
+
+    class Constant(torch.nn.Module):
+        def forward(self, tokens, *, window=None):
+            logits = torch.zeros(*tokens.shape, TINY_NEEDLE.output_size)
+            logits[..., 0] = 1.0  # copy: token 0
+            logits[..., TINY_NEEDLE.input_size + 1] = 1.0  # needle: value 1
+            return logits
+
+    tokens = torch.tensor([[0, 7, 0, 1, 0, 0, 2, 0], [6, 0, 0, 0, 0, 0, 0, 0]])
+    copy = torch.full_like(tokens, IGNORE_INDEX)
+    copy[:, 2:] = tokens[:, :-2]
+    needle = torch.full_like(tokens, IGNORE_INDEX)
+    needle[0, 2:], needle[1, 1:] = 1, 0  # row 0: needle 7 (value 1) at 1; row 1: 6 at 0
+    batch = NeedleCopyBatch(tokens, copy, needle, torch.tensor([1, 0]))
+    config = ExperimentConfig(**{**TINY_NEEDLE.__dict__, "train_length": 4})
+    probes = evaluate_probes(Constant(), batch, config)
+    # copy targets at t = 2..7: row 0 [0, 7, 0, 1, 0, 0], row 1 [6, 0, 0, 0, 0, 0]
+    assert probes.copy.tolist()[2:] == [0.5, 0.5, 1.0, 0.5, 1.0, 1.0]
+    # needle: row 0 right everywhere (value 1), row 1 wrong everywhere (value 0);
+    # distance d holds row 0's position 1 + d and row 1's position d
+    expected = [float("nan"), 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.0]
+    expected = torch.tensor(expected, dtype=torch.float64)
+    assert torch.allclose(probes.needle, expected, equal_nan=True)
+    # near: distance < 4: row 0 has 3 (t = 2..4), row 1 has 3 (t = 1..3): 3 / 6
+    assert probes.near == 0.5
+    # far: row 0 t = 5..7 (3 right), row 1 t = 4..7 (4 wrong): 3 / 7
+    assert probes.far == pytest.approx(3 / 7, abs=1e-15)
+
+
+def test_training_is_deterministic_under_a_seed():
+    short = ExperimentConfig(**{**TINY_NEEDLE.__dict__, "steps": 15})
+    model_a, losses_a = train("t5", short, seed=3)
+    model_b, losses_b = train("t5", short, seed=3)
+    _, losses_c = train("t5", short, seed=4)
+    assert losses_a == losses_b
+    for (name, a), (_, b) in zip(
+        model_a.state_dict().items(), model_b.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    assert losses_a != losses_c
+
+
 def test_config_rejects_bad_values():
     with pytest.raises(ValueError, match="offset"):
         ExperimentConfig(train_length=4, offset=4)
@@ -174,31 +404,56 @@ def test_config_rejects_bad_values():
         ExperimentConfig(lr=-1.0)
     with pytest.raises(TypeError, match="steps"):
         ExperimentConfig(steps=1.5)
+    with pytest.raises(ValueError, match="needle_values"):
+        ExperimentConfig(needle_values=1)
 
 
 def test_run_experiment_marks_the_learned_table_undefined_past_its_length():
-    config = ExperimentConfig(**{**TINY.__dict__, "steps": 2})
+    config = ExperimentConfig(**{**TINY_NEEDLE.__dict__, "steps": 2})
     calls = []
     result = run_experiment(
-        config, seeds=(0, 1), schemes=("learned", "rope"), on_step=lambda: calls.append(1)
+        config,
+        seeds=(0, 1),
+        schemes=("learned", "rope"),
+        rope_scalings=ROPE_READINGS,
+        window=16,
+        on_step=lambda: calls.append(1),
     )
     assert len(calls) == 2 * 2 * 2
-    assert result.names == ["learned", "rope", "rope+linear", "rope+ntk", "rope+yarn"]
-    assert result.accuracy["learned"][16] is None
-    assert result.summary("learned", 16) is None
+    assert result.names == [
+        "learned",
+        "rope",
+        *(f"rope+{kind}" for kind in ROPE_READINGS),
+        "learned+window",
+        "rope+window",
+    ]
+    assert result.accuracy["learned"][32] is None
+    assert result.summary("learned", 32) is None
     assert result.per_position["learned"] is None
-    assert len(result.accuracy["learned"][8]) == 2
-    mean, spread = result.summary("rope", 16)
+    assert len(result.accuracy["learned"][16]) == 2
+    mean, spread = result.summary("rope", 32)
     assert 0.0 <= mean <= 1.0
     assert spread >= 0.0
-    assert result.per_position["rope+yarn"].shape == (16,)
-    # at the training length every scaling is plain RoPE (factor 1)
-    for kind in ROPE_SCALINGS:
-        assert result.accuracy[f"rope+{kind}"][8] == result.accuracy["rope"][8]
+    assert result.per_position["rope+yarn_paper"].shape == (32,)
+    assert result.needle_by_distance["rope"].shape == (32,)
+    assert all(math.isnan(v) for v in result.values("rope", 16, "far"))  # none that far
+    assert not any(math.isnan(v) for v in result.values("rope", 32, "far"))
+    # at the training length every scaling is plain RoPE (factor 1), and so is the window
+    for name in [f"rope+{kind}" for kind in ROPE_READINGS] + ["rope+window"]:
+        assert result.accuracy[name][16] == result.accuracy["rope"][16], name
+    assert result.paired("rope", "rope", 32).mean == 0.0
+    with pytest.raises(ValueError, match="not defined"):
+        result.paired("learned", "rope", 32)
     with pytest.raises(ValueError, match="seeds"):
         run_experiment(config, seeds=(0, 0))
     with pytest.raises(ValueError, match="scheme"):
         run_experiment(config, seeds=(0,), schemes=("sine",))
+    with pytest.raises(ValueError, match="rope scaling"):
+        run_experiment(config, seeds=(0,), schemes=("rope",), rope_scalings=("dynamic",))
+
+
+def test_scalings_are_a_subset_of_the_readings():
+    assert set(ROPE_SCALINGS) < set(ROPE_READINGS)
 
 
 def test_cpu_threads_restores_the_thread_count():

@@ -76,9 +76,10 @@ def test_accuracy_table_equals_chapter_12_output():
     printed = notebook_output("12_train_short_test_long.ipynb", "model")
     expected = {}
     for line in printed[1:]:
-        name, rest = line[:12].strip(), line[12:]
-        # four columns of "mean ± std" or "n/a", then an optional training loss
+        name, rest = line[:16].strip(), line[16:]
+        # six columns of "mean ± std" or "n/a": copy at L, 2L, 4L; needle near, far, far
         expected[name] = re.findall(r"\d\.\d\d ± \d\.\d\d|n/a", rest)
+        assert len(expected[name]) == 6, line
     quoted = page_table(PAGE, "model")
     assert set(quoted) == set(expected)
     for name, cells in quoted.items():
@@ -109,7 +110,8 @@ def test_cost_table_equals_chapter_11_output_at_512():
 
 def test_page_table_reads_rows():
     rows = page_table(PAGE, "model")
-    assert rows["learned"][1:] == ["n/a", "n/a", "n/a"]
+    assert rows["rope"][0] == "1.00 ± 0.00"  # the first column after the name
+    assert all(len(cells) == 6 for cells in rows.values())
     with pytest.raises(LookupError):
         page_table(PAGE, "no such header")
 

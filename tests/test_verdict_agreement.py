@@ -200,28 +200,34 @@ def _mean_and_spread(cell: str) -> tuple[float, float]:
 PAGE_NAMES = {
     "t5": "T5",
     "rope+yarn": "YaRN",
+    "rope+yarn_paper": "YaRN",
     "rope+ntk": "NTK",
     "rope": "RoPE",
-    "sinusoidal": "sinusoidal",
     "rope+linear": "linear interpolation",
+    "rope+window": "window",
+    "t5+window": "window",
 }
 
 
-def test_no_fine_tuning_row_names_every_model_tied_for_best_at_8l():
-    """The short answer for 'no fine-tuning' names each model whose 8L spread reaches the best's.
+def test_no_fine_tuning_row_names_every_model_tied_for_best_at_4l():
+    """The short answer for 'no fine-tuning' names each model tied for chapter 12's best
+    local lookup at 4L.
 
-    Among the models that solved the task at L, the best mean at 8L and every model whose
-    mean ± spread interval overlaps the best one's are tied on three seeds.
+    The page reprints chapter 12's table (``test_quoted_numbers`` checks it against the
+    chapter's output): among the models that solved the lookup at L, every one whose mean
+    at 4L is within 0.01 of the best is tied (the chapter's paired check finds the
+    difference between the window and YaRN within 0.02 of zero), so the row may not name
+    one of them alone.
     """
     page = _page("which_encoding.md")
     accuracy = table_by_header(page, "model")
-    solved = {
-        name: _mean_and_spread(cells[3])
+    copy_at_4l = {
+        name: _mean_and_spread(cells[2])[0]
         for name, cells in accuracy.items()
-        if cells[3] != "n/a" and _mean_and_spread(cells[0])[0] >= 0.99
+        if _mean_and_spread(cells[0])[0] >= 0.99
     }
-    best = max(solved.values())
-    tied = {name for name, (mean, spread) in solved.items() if mean + spread >= best[0] - best[1]}
+    best = max(copy_at_4l.values())
+    tied = {name for name, mean in copy_at_4l.items() if mean >= best - 0.01}
     assert len(tied) >= 2  # otherwise the row may name a single winner
     short = table_by_header(page, "you are building")
     use, because = short[

@@ -1,22 +1,24 @@
 """Small training runs: train short, test long (chapter 12).
 
 One tiny decoder-only Transformer, identical in size and training budget for every
-position scheme, learns a synthetic task at one length and is evaluated at longer ones.
+position scheme, learns synthetic tasks at one length and is evaluated at longer ones.
+Each training sequence carries two tasks, read out by one model
+(``pecode.experiments.tasks``):
 
-The task, *delayed copy*: a sequence of uniformly random tokens, and at every position
-``t >= offset`` the model must predict the token ``offset`` places back,
-``y_t = x_{t - offset}``. The rule is the same at every length and every position, and
-it needs position information (a model without any cannot tell the token ``offset`` back
-from any other), but only *relative* position. A model that learned the rule has no
-reason to fail on a longer sequence; when it does, the position scheme is the cause.
+* the *delayed copy*, a local lookup: predict the token ``offset`` places back;
+* the *needle*, a retrieval from far back: one token early in the sequence carries a
+  value, and every later position must report it.
 
-* :func:`delayed_copy_batch`: the data;
-* :class:`TinyDecoder`: embeddings, an optional absolute encoding, pre-LN blocks built
-  on :class:`~pecode.attention.MultiHeadAttention`, and a linear read-out;
-* :func:`train` and :func:`evaluate`: a fixed training budget and per-position accuracy;
-* :func:`with_rope_scaling`: the same trained RoPE model with long-context frequencies
-  from :mod:`pecode.scaling`, without retraining;
-* :func:`run_experiment`: the whole sweep (schemes x seeds x lengths).
+The pieces:
+
+* ``pecode.experiments.tasks``: the data;
+* ``pecode.experiments.models``: :class:`TinyDecoder` (with a test-time attention
+  window), :func:`with_rope_scaling` (a trained RoPE model read with long-context
+  frequencies, the YaRN paper's ramp included), :func:`cpu_threads`;
+* ``pecode.experiments.stats``: the paired bootstrap interval of per-seed differences;
+* here: :class:`ExperimentConfig`, :func:`train`, :func:`evaluate`,
+  :func:`evaluate_probes` and :func:`run_experiment`, the whole sweep (schemes x seeds x
+  readings x lengths).
 
 Everything runs on the CPU with a fixed number of threads (:func:`cpu_threads`), so that
 every scheme gets the same compute and a run is bit-for-bit repeatable on one machine.
@@ -24,283 +26,87 @@ every scheme gets the same compute and a run is bit-for-bit repeatable on one ma
 
 from __future__ import annotations
 
-import copy
 import math
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from pecode._checks import check_int
-from pecode.absolute import (
-    LearnedPositionalEncoding,
-    SinusoidalPositionalEncoding,
+from pecode.experiments import models as _models
+from pecode.experiments import tasks as _tasks
+from pecode.experiments.models import (
+    FrequencyRotary,
+    TinyDecoder,
+    cpu_threads,
+    sliding_window_mask,
+    with_rope_scaling,
+    yarn_paper_frequencies,
 )
-from pecode.alibi import ALiBi
-from pecode.attention import MultiHeadAttention, PositionScheme
-from pecode.relative import T5RelativePositionBias
-from pecode.rope import RotaryEmbedding
+from pecode.experiments.stats import PairedInterval, paired_bootstrap
+from pecode.experiments.tasks import (
+    NeedleCopyBatch,
+    delayed_copy_batch,
+    needle_copy_batch,
+)
 from pecode.utils import set_seed
+
+# Re-declared here, with their documentation, so that the API reference has targets for them.
+SCHEMES: tuple[str, ...] = _models.SCHEMES
+"""The position schemes :class:`TinyDecoder` accepts: ``none`` is NoPE (causal mask only)."""
+
+ROPE_SCALINGS: tuple[str, ...] = _models.ROPE_SCALINGS
+"""Test-time RoPE scalings that are kinds of :mod:`pecode.scaling` (``"yarn"``: the authors'
+code's ramp, as in Hugging Face transformers)."""
+
+ROPE_READINGS: tuple[str, ...] = _models.ROPE_READINGS
+"""Every reading :func:`with_rope_scaling` accepts: the scalings and ``"yarn_paper"``, YaRN
+with the paper's ramp (:func:`yarn_paper_frequencies`)."""
+
+IGNORE_INDEX: int = _tasks.IGNORE_INDEX
+"""Target value of positions without a target; ignored by the loss and the accuracy."""
 
 __all__ = [
     "IGNORE_INDEX",
+    "ROPE_READINGS",
     "ROPE_SCALINGS",
     "SCHEMES",
     "ExperimentConfig",
     "ExperimentResult",
+    "FrequencyRotary",
+    "NeedleCopyBatch",
+    "PairedInterval",
+    "Probes",
     "TinyDecoder",
     "cpu_threads",
     "delayed_copy_batch",
     "evaluate",
+    "evaluate_probes",
+    "needle_copy_batch",
+    "paired_bootstrap",
     "run_experiment",
+    "sliding_window_mask",
     "train",
     "with_rope_scaling",
+    "yarn_paper_frequencies",
 ]
-
-SCHEMES: tuple[str, ...] = ("none", "sinusoidal", "learned", "t5", "alibi", "rope")
-"""The position schemes :class:`TinyDecoder` accepts: ``none`` is NoPE (causal mask only)."""
-
-ROPE_SCALINGS: tuple[str, ...] = ("linear", "ntk", "yarn")
-"""Test-time RoPE scalings of :func:`with_rope_scaling` (kinds of :mod:`pecode.scaling`)."""
-
-IGNORE_INDEX = -100
-"""Target value of positions without a target (``t < offset``); ignored by the loss."""
-
-
-@contextmanager
-def cpu_threads(num_threads: int) -> Iterator[None]:
-    """Run the body with ``torch.set_num_threads(num_threads)``, then restore the old value.
-
-    A fixed thread count makes CPU reductions, hence training runs, repeatable.
-
-    Raises:
-        TypeError, ValueError: ``num_threads`` is not a positive int.
-    """
-    check_int("num_threads", num_threads, 1)
-    previous = torch.get_num_threads()
-    torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
-def delayed_copy_batch(
-    batch_size: int,
-    length: int,
-    *,
-    offset: int,
-    vocab_size: int,
-    generator: torch.Generator,
-) -> tuple[Tensor, Tensor]:
-    """A batch of the delayed-copy task: predict the token ``offset`` places back.
-
-    ``tokens`` are i.i.d. uniform over ``0 .. vocab_size - 1``;
-    ``targets[:, t] = tokens[:, t - offset]`` for ``t >= offset`` and
-    :data:`IGNORE_INDEX` before.
-
-    Shapes::
-
-        returns: (tokens [batch_size, length], targets [batch_size, length]), int64
-
-    Raises:
-        TypeError, ValueError: a size is not a positive int, ``offset`` is not in
-            ``1 .. length - 1``, ``vocab_size < 2``, or ``generator`` is not a
-            ``torch.Generator``.
-    """
-    check_int("batch_size", batch_size, 1)
-    check_int("length", length, 2)
-    check_int("offset", offset, 1)
-    check_int("vocab_size", vocab_size, 2)
-    if offset >= length:
-        raise ValueError(f"offset={offset} must be smaller than length={length}")
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
-    tokens = torch.randint(vocab_size, (batch_size, length), generator=generator)
-    targets = torch.full_like(tokens, IGNORE_INDEX)
-    targets[:, offset:] = tokens[:, :-offset]
-    return tokens, targets
-
-
-def _position_scheme(
-    scheme: str, head_dim: int, num_heads: int, train_length: int
-) -> PositionScheme | None:
-    """The scheme inside attention (``None`` for NoPE and the absolute encodings)."""
-    if scheme == "t5":
-        # Decoder buckets; as in T5 (512 tokens, max_distance 128) the last bucket is
-        # reached within the training length, so every bucket used later was trained
-        # (16 buckets: 8 exact offsets, then log-spaced up to max_distance). The logits
-        # are scaled by 1/sqrt(Dh) like every other scheme here.
-        return T5RelativePositionBias(
-            num_heads,
-            bidirectional=False,
-            num_buckets=16,
-            max_distance=max(train_length, 16),
-            scale_logits=True,
-        )
-    if scheme == "alibi":
-        return ALiBi(num_heads)
-    if scheme == "rope":
-        return RotaryEmbedding(head_dim)
-    return None
-
-
-class _Block(nn.Module):
-    """Pre-LN decoder block: ``x + Attn(LN(x))``, then ``x + MLP(LN(x))``."""
-
-    def __init__(self, dim: int, num_heads: int, position: PositionScheme | None) -> None:
-        super().__init__()
-        self.norm1 = nn.LayerNorm(dim)
-        self.attention = MultiHeadAttention(dim, num_heads, position=position)
-        self.norm2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-
-    def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attention(self.norm1(x), causal=True)
-        return x + self.mlp(self.norm2(x))
-
-
-class TinyDecoder(nn.Module):
-    """A small decoder-only Transformer whose position scheme is a constructor argument.
-
-    Token embedding, then for ``sinusoidal``/``learned`` the absolute encoding added to
-    it (:class:`~pecode.absolute.SinusoidalPositionalEncoding`,
-    :class:`~pecode.absolute.LearnedPositionalEncoding` with ``max_len`` rows), then
-    ``num_layers`` pre-LN blocks (Xiong et al. 2020) with causal
-    :class:`~pecode.attention.MultiHeadAttention` carrying the scheme (T5 bias, ALiBi,
-    RoPE, or nothing), a final LayerNorm and a linear read-out. ``none`` adds no
-    position information at all: only the causal mask (NoPE, Kazemnejad et al. 2023).
-
-    Shapes::
-
-        tokens: [batch, seq] (int64, in 0 .. vocab_size-1)    returns: [batch, seq, vocab_size]
-
-    Args:
-        scheme: one of :data:`SCHEMES`.
-        vocab_size: number of token ids.
-        max_len: the training length; rows of the learned table, and T5's
-            ``max_distance`` (at least 16, which T5's 16 decoder buckets need).
-        dim, num_heads, num_layers: width, heads per layer, blocks.
-
-    Raises:
-        ValueError: unknown ``scheme``, or sizes that are not positive ints
-            (``dim`` must be divisible by ``num_heads``, the head size even).
-        TypeError: a size is not an int.
-    """
-
-    def __init__(
-        self,
-        scheme: str,
-        *,
-        vocab_size: int,
-        max_len: int,
-        dim: int = 64,
-        num_heads: int = 4,
-        num_layers: int = 2,
-    ) -> None:
-        super().__init__()
-        if scheme not in SCHEMES:
-            raise ValueError(f"unknown scheme {scheme!r}; accepted: {list(SCHEMES)}")
-        check_int("vocab_size", vocab_size, 2)
-        check_int("max_len", max_len, 1)
-        check_int("dim", dim, 1)
-        check_int("num_heads", num_heads, 1)
-        check_int("num_layers", num_layers, 1)
-        if dim % num_heads or (dim // num_heads) % 2:
-            raise ValueError(f"dim={dim} must split into num_heads={num_heads} even head sizes")
-        self.scheme, self.vocab_size, self.max_len = scheme, vocab_size, max_len
-        self.embedding = nn.Embedding(vocab_size, dim)
-        self.absolute: nn.Module | None = None
-        if scheme == "sinusoidal":
-            self.absolute = SinusoidalPositionalEncoding(dim)
-        elif scheme == "learned":
-            self.absolute = LearnedPositionalEncoding(max_len, dim)
-        head_dim = dim // num_heads
-        self.blocks = nn.ModuleList(
-            _Block(dim, num_heads, _position_scheme(scheme, head_dim, num_heads, max_len))
-            for _ in range(num_layers)
-        )
-        self.norm = nn.LayerNorm(dim)
-        self.readout = nn.Linear(dim, vocab_size)
-
-    def forward(self, tokens: Tensor) -> Tensor:
-        """Logits for the next-token targets at every position.
-
-        Raises:
-            TypeError: ``tokens`` is not an integer tensor.
-            ValueError: ``tokens`` is not 2-D, holds an id outside the vocabulary, or
-                (``learned``) is longer than ``max_len``: a learned table has no rows
-                there, so the model is not defined.
-        """
-        if (
-            not isinstance(tokens, Tensor)
-            or tokens.is_floating_point()
-            or tokens.dtype == torch.bool
-        ):
-            raise TypeError("tokens must be an integer tensor")
-        if tokens.dim() != 2:
-            raise ValueError(f"tokens must have shape [batch, seq], got {tuple(tokens.shape)}")
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
-            raise ValueError(f"tokens must lie in 0 .. {self.vocab_size - 1}")
-        x = self.embedding(tokens)
-        if self.absolute is not None:
-            x = self.absolute(x)  # the learned table raises past max_len
-        for block in self.blocks:
-            x = block(x)
-        return self.readout(self.norm(x))
-
-
-def with_rope_scaling(model: TinyDecoder, kind: str, factor: float) -> TinyDecoder:
-    """A copy of a trained RoPE model whose rotations use long-context frequencies.
-
-    Each layer's :class:`~pecode.rope.RotaryEmbedding` is replaced by one with
-    ``scaling=kind`` and ``factor`` (``original_max_position_embeddings`` = the
-    training length for YaRN); the weights are untouched, nothing is retrained. The
-    schemes have no parameters, so the copy's ``state_dict`` equals the original's.
-
-    Args:
-        model: a :class:`TinyDecoder` built with ``scheme="rope"``.
-        kind: one of :data:`ROPE_SCALINGS` (``"linear"``: Chen et al. 2023; ``"ntk"``:
-            NTK-aware; ``"yarn"``: Peng et al. 2023).
-        factor: the context extension ``s >= 1``, usually test length / training length.
-
-    Raises:
-        TypeError: ``model`` is not a :class:`TinyDecoder`.
-        ValueError: ``model`` does not use RoPE, ``kind`` is unknown, or ``factor < 1``.
-    """
-    if not isinstance(model, TinyDecoder):
-        raise TypeError(f"model must be a TinyDecoder, got {type(model).__name__}")
-    if model.scheme != "rope":
-        raise ValueError(f"model must use scheme 'rope', got {model.scheme!r}")
-    if kind not in ROPE_SCALINGS:
-        raise ValueError(f"unknown kind {kind!r}; accepted: {list(ROPE_SCALINGS)}")
-    if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor >= 1:
-        raise ValueError(f"factor must be a number >= 1, got {factor!r}")
-    params: dict[str, float | int] = {"factor": float(factor)}
-    if kind == "yarn":
-        params["original_max_position_embeddings"] = model.max_len
-    scaled = copy.deepcopy(model)
-    for block in scaled.blocks:
-        old = block.attention.position
-        assert isinstance(old, RotaryEmbedding)
-        block.attention.position = RotaryEmbedding(
-            old.head_dim, base=old.base, scaling=kind, scaling_params=params
-        )
-    return scaled
 
 
 @dataclass(frozen=True)
 class ExperimentConfig:
-    """Task, model and training budget; identical for every scheme.
+    """Tasks, model and training budget; identical for every scheme.
+
+    The defaults are chapter 12's experiment.
 
     Attributes:
         train_length: ``L``, the length of every training sequence.
         eval_factors: test lengths as multiples of ``L``.
-        offset: the task's ``offset`` (predict the token this far back).
-        vocab_size: number of token ids.
+        offset: the delayed copy's ``offset`` (predict the token this far back).
+        vocab_size: number of filler tokens.
+        needle_values: values a needle can carry; 0: no needle, the delayed copy alone.
+            Needles lie in the first quarter of ``L`` (:attr:`needle_span`).
         dim, num_heads, num_layers: model size.
         steps, batch_size, lr: AdamW steps, sequences per step, peak learning rate
             (linear warm-up over the first tenth, then cosine decay to zero).
@@ -308,17 +114,18 @@ class ExperimentConfig:
         num_threads: CPU threads for training and evaluation.
     """
 
-    train_length: int = 32
-    eval_factors: tuple[int, ...] = (1, 2, 4, 8)
+    train_length: int = 256
+    eval_factors: tuple[int, ...] = (1, 2, 4)
     offset: int = 4
     vocab_size: int = 16
+    needle_values: int = 8
     dim: int = 64
     num_heads: int = 4
     num_layers: int = 2
     steps: int = 600
-    batch_size: int = 32
+    batch_size: int = 4
     lr: float = 3e-3
-    eval_sequences: int = 64
+    eval_sequences: int = 16
     num_threads: int = 1
 
     def __post_init__(self) -> None:
@@ -326,8 +133,13 @@ class ExperimentConfig:
             check_int(name, getattr(self, name), 1)
         for name in ("steps", "batch_size", "eval_sequences", "num_threads"):
             check_int(name, getattr(self, name), 1)
+        check_int("needle_values", self.needle_values, 0)
+        if self.needle_values == 1:
+            raise ValueError("needle_values must be 0 (no needle) or at least 2")
         if self.offset >= self.train_length:
             raise ValueError(f"offset={self.offset} must be smaller than train_length")
+        if self.needle_values and self.train_length < 4:
+            raise ValueError("the needle task needs train_length >= 4 (its first quarter)")
         if not self.eval_factors or any(
             isinstance(f, bool) or not isinstance(f, int) or f < 1 for f in self.eval_factors
         ):
@@ -340,6 +152,46 @@ class ExperimentConfig:
         """The test lengths ``factor * train_length``."""
         return tuple(f * self.train_length for f in self.eval_factors)
 
+    @property
+    def needle_span(self) -> int:
+        """Needles lie at positions ``0 .. needle_span - 1``, the first quarter of ``L``."""
+        return self.train_length // 4
+
+    @property
+    def input_size(self) -> int:
+        """The number of token ids, the fillers first, then one needle token per value."""
+        return self.vocab_size + self.needle_values
+
+    @property
+    def output_size(self) -> int:
+        """The number of logits per position, the copy's classes (every token id) first."""
+        return self.input_size + self.needle_values
+
+    def batch(self, batch_size: int, length: int, generator: torch.Generator) -> NeedleCopyBatch:
+        """A batch of this configuration's task(s) at ``length``.
+
+        Without a needle (``needle_values == 0``) the needle fields hold no target.
+        """
+        if self.needle_values:
+            return needle_copy_batch(
+                batch_size,
+                length,
+                offset=self.offset,
+                vocab_size=self.vocab_size,
+                needle_values=self.needle_values,
+                needle_span=self.needle_span,
+                generator=generator,
+            )
+        tokens, targets = delayed_copy_batch(
+            batch_size, length, offset=self.offset, vocab_size=self.vocab_size, generator=generator
+        )
+        nothing = torch.full_like(tokens, IGNORE_INDEX)
+        return NeedleCopyBatch(tokens, targets, nothing, torch.zeros(batch_size, dtype=torch.long))
+
+
+EVAL_CHUNK = 8
+"""Test sequences per forward pass in :func:`evaluate_probes`, to bound the memory."""
+
 
 def _learning_rate(step: int, config: ExperimentConfig) -> float:
     """Linear warm-up over the first tenth of the steps, then cosine decay to zero."""
@@ -350,6 +202,21 @@ def _learning_rate(step: int, config: ExperimentConfig) -> float:
     return config.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def _loss(logits: Tensor, batch: NeedleCopyBatch, config: ExperimentConfig) -> Tensor:
+    """Cross-entropy of the copy, plus that of the needle when there is one."""
+    split = config.input_size
+    loss = F.cross_entropy(
+        logits[..., :split].flatten(0, 1), batch.copy_targets.flatten(), ignore_index=IGNORE_INDEX
+    )
+    if config.needle_values:
+        loss = loss + F.cross_entropy(
+            logits[..., split:].flatten(0, 1),
+            batch.needle_targets.flatten(),
+            ignore_index=IGNORE_INDEX,
+        )
+    return loss
+
+
 def train(
     scheme: str,
     config: ExperimentConfig,
@@ -357,13 +224,14 @@ def train(
     *,
     on_step: Callable[[], None] | None = None,
 ) -> tuple[TinyDecoder, list[float]]:
-    """Train a :class:`TinyDecoder` with ``scheme`` on the delayed-copy task at ``train_length``.
+    """Train a :class:`TinyDecoder` with ``scheme`` on the task(s) of ``config``.
 
     The seed fixes the initialization and the training data; with the same seed, config
-    and thread count, two calls return identical models.
+    and thread count, two calls return identical models. The loss is the copy's
+    cross-entropy, plus the needle's when ``config.needle_values > 0``.
 
     Args:
-        scheme: one of :data:`SCHEMES`.
+        scheme: one of ``SCHEMES``.
         config: the shared budget.
         seed: non-negative int.
         on_step: called after every optimizer step (a progress bar's ``update``).
@@ -382,11 +250,12 @@ def train(
     with cpu_threads(config.num_threads):
         model = TinyDecoder(
             scheme,
-            vocab_size=config.vocab_size,
+            vocab_size=config.input_size,
             max_len=config.train_length,
             dim=config.dim,
             num_heads=config.num_heads,
             num_layers=config.num_layers,
+            output_size=config.output_size,
         )
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
         model.train()
@@ -394,17 +263,8 @@ def train(
         for step in range(config.steps):
             for group in optimizer.param_groups:
                 group["lr"] = _learning_rate(step, config)
-            tokens, targets = delayed_copy_batch(
-                config.batch_size,
-                config.train_length,
-                offset=config.offset,
-                vocab_size=config.vocab_size,
-                generator=generator,
-            )
-            logits = model(tokens)
-            loss = F.cross_entropy(
-                logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX
-            )
+            batch = config.batch(config.batch_size, config.train_length, generator)
+            loss = _loss(model(batch.tokens), batch, config)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -415,9 +275,21 @@ def train(
     return model.eval(), losses
 
 
+def _accuracy_by_column(predictions: Tensor, targets: Tensor) -> Tensor:
+    """Share of correct predictions per column of ``targets`` (NaN where none has a target)."""
+    valid = targets != IGNORE_INDEX
+    correct = (predictions == targets) & valid
+    return correct.sum(0).double() / valid.sum(0).double()
+
+
 @torch.no_grad()
-def evaluate(model: TinyDecoder, tokens: Tensor, targets: Tensor) -> tuple[Tensor, float]:
+def evaluate(
+    model: TinyDecoder, tokens: Tensor, targets: Tensor, *, window: int | None = None
+) -> tuple[Tensor, float]:
     """Per-position accuracy and mean cross-entropy of ``model`` on one test set.
+
+    For a model with one task (every logit is a class of ``targets``); the two-task
+    model of chapter 12 is evaluated with :func:`evaluate_probes`.
 
     Shapes::
 
@@ -432,42 +304,151 @@ def evaluate(model: TinyDecoder, tokens: Tensor, targets: Tensor) -> tuple[Tenso
         raise ValueError(
             f"tokens {tuple(tokens.shape)} and targets {tuple(targets.shape)} differ in shape"
         )
-    logits = model(tokens)
-    valid = targets != IGNORE_INDEX
-    correct = (logits.argmax(-1) == targets) & valid
-    counts = valid.sum(0).double()
-    accuracy = correct.sum(0).double() / counts  # 0/0 = NaN where there is no target
+    logits = model(tokens, window=window)
+    accuracy = _accuracy_by_column(logits.argmax(-1), targets)
     loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
     return accuracy, float(loss)
 
 
+@dataclass(frozen=True)
+class Probes:
+    """What :func:`evaluate_probes` measures on one test set.
+
+    Attributes:
+        copy: ``[seq]`` accuracy of the delayed copy at each position (NaN before ``offset``).
+        needle: ``[seq]`` accuracy of the needle at each *distance* from it
+            (entry ``d`` averages the rows' positions ``needle + d``; NaN where none).
+        near, far: mean needle accuracy over all positions less than / at least
+            ``train_length`` after the needle (NaN if there are none).
+    """
+
+    copy: Tensor
+    needle: Tensor
+    near: float
+    far: float
+
+
+@torch.no_grad()
+def evaluate_probes(
+    model: TinyDecoder,
+    batch: NeedleCopyBatch,
+    config: ExperimentConfig,
+    *,
+    window: int | None = None,
+) -> Probes:
+    """Accuracy of both tasks of ``config`` from one forward pass of ``model`` over ``batch``.
+
+    Raises:
+        ValueError: the model is not defined at this length (a learned table shorter
+            than the batch), or ``window`` is not positive.
+    """
+    split = config.input_size
+    copy_predictions, needle_predictions = [], []
+    for tokens in batch.tokens.split(EVAL_CHUNK):  # bounds the memory of the logits
+        logits = model(tokens, window=window)
+        copy_predictions.append(logits[..., :split].argmax(-1))
+        needle_predictions.append(logits[..., split:].argmax(-1) if config.needle_values else None)
+    copy = _accuracy_by_column(torch.cat(copy_predictions), batch.copy_targets)
+    length = batch.tokens.shape[1]
+    needle = torch.full((length,), float("nan"), dtype=torch.float64)
+    near = far = float("nan")
+    if config.needle_values:
+        correct = (torch.cat(needle_predictions) == batch.needle_targets).double()
+        valid = batch.needle_targets != IGNORE_INDEX
+        distance = batch.needle_distance()
+        totals = torch.zeros(length, dtype=torch.float64)
+        counts = torch.zeros(length, dtype=torch.float64)
+        index = distance.clamp(min=0)[valid]
+        totals.index_add_(0, index, correct[valid])
+        counts.index_add_(0, index, torch.ones_like(index, dtype=torch.float64))
+        needle = totals / counts
+        is_far = valid & (distance >= config.train_length)
+        is_near = valid & (distance < config.train_length)
+        if is_near.any():
+            near = float(correct[is_near].mean())
+        if is_far.any():
+            far = float(correct[is_far].mean())
+    return Probes(copy=copy, needle=needle, near=near, far=far)
+
+
+PROBES: tuple[str, ...] = ("copy", "near", "far")
+"""The scores :class:`ExperimentResult` keeps: copy accuracy, needle near and far."""
+
+
 @dataclass
 class ExperimentResult:
-    """Accuracies of every model at every length, one entry per seed.
+    """Scores of every model at every length, one entry per seed.
 
-    ``accuracy[name][length]`` is a list over seeds of the mean accuracy over all
-    positions with a target; ``None`` where the model is not defined at that length
-    (the learned table past ``max_len``). ``per_position[name]`` is the per-position
-    accuracy at the longest length, averaged over seeds (``[length]``, ``None`` if
-    undefined). ``names`` lists the models in order: the schemes, then ``rope+<kind>``.
+    ``scores[probe][name][length]`` is a list over seeds (``probe`` in ``"copy"``,
+    ``"near"``, ``"far"``: copy accuracy over all positions with a target; needle
+    accuracy at distances below / at least the training length, NaN where there are
+    none); ``None`` where the model is not defined at that length (the learned table
+    past ``max_len``). ``accuracy`` is ``scores["copy"]``. ``per_position[name]`` is the
+    copy accuracy by position at the longest length, ``needle_by_distance[name]`` the
+    needle accuracy by distance there, both averaged over seeds (``None`` if undefined).
+    ``names`` lists the models: the schemes, then ``rope+<reading>``, then
+    ``<scheme>+window``.
     """
 
     config: ExperimentConfig
     seeds: tuple[int, ...]
     names: list[str] = field(default_factory=list)
-    accuracy: dict[str, dict[int, list[float] | None]] = field(default_factory=dict)
-    loss: dict[str, dict[int, list[float] | None]] = field(default_factory=dict)
+    scores: dict[str, dict[str, dict[int, list[float] | None]]] = field(default_factory=dict)
     per_position: dict[str, Tensor | None] = field(default_factory=dict)
+    needle_by_distance: dict[str, Tensor | None] = field(default_factory=dict)
     train_losses: dict[str, list[list[float]]] = field(default_factory=dict)
+    window: int | None = None
 
-    def summary(self, name: str, length: int) -> tuple[float, float] | None:
-        """``(mean, standard deviation)`` over seeds of the accuracy; ``None`` if undefined."""
-        values = self.accuracy[name][length]
+    @property
+    def accuracy(self) -> dict[str, dict[int, list[float] | None]]:
+        """The copy accuracy ``accuracy[name][length]``, a list over seeds (or ``None``)."""
+        return self.scores["copy"]
+
+    def values(self, name: str, length: int, probe: str = "copy") -> list[float] | None:
+        """The per-seed scores of ``name`` at ``length`` (``None`` if undefined).
+
+        Raises:
+            KeyError: unknown probe, model or length.
+        """
+        if probe not in PROBES:
+            raise KeyError(f"unknown probe {probe!r}; accepted: {list(PROBES)}")
+        return self.scores[probe][name][length]
+
+    def summary(self, name: str, length: int, probe: str = "copy") -> tuple[float, float] | None:
+        """``(mean, standard deviation)`` over seeds; ``None`` if undefined."""
+        values = self.values(name, length, probe)
         if values is None:
             return None
         as_tensor = torch.tensor(values, dtype=torch.float64)
         spread = float(as_tensor.std()) if len(values) > 1 else 0.0
         return float(as_tensor.mean()), spread
+
+    def paired(
+        self,
+        name: str,
+        baseline: str,
+        length: int,
+        probe: str = "copy",
+        *,
+        baseline_length: int | None = None,
+        baseline_probe: str | None = None,
+        confidence: float = 0.95,
+    ) -> PairedInterval:
+        """The paired bootstrap interval of ``name`` minus ``baseline``, seed by seed.
+
+        Both are read at ``length`` and ``probe`` unless ``baseline_length`` or
+        ``baseline_probe`` says otherwise (the same model at two lengths, say).
+
+        Raises:
+            ValueError: either model is undefined there, or a score is NaN.
+        """
+        baseline_length = length if baseline_length is None else baseline_length
+        baseline_probe = probe if baseline_probe is None else baseline_probe
+        a = self.values(name, length, probe)
+        b = self.values(baseline, baseline_length, baseline_probe)
+        if a is None or b is None:
+            raise ValueError(f"{name} or {baseline} is not defined at the lengths asked for")
+        return paired_bootstrap([x - y for x, y in zip(a, b, strict=True)], confidence=confidence)
 
 
 def run_experiment(
@@ -476,6 +457,7 @@ def run_experiment(
     *,
     schemes: Sequence[str] = SCHEMES,
     rope_scalings: Sequence[str] = ROPE_SCALINGS,
+    window: int | None = None,
     eval_seed: int = 12345,
     on_step: Callable[[], None] | None = None,
 ) -> ExperimentResult:
@@ -484,19 +466,23 @@ def run_experiment(
     The test sets (one per length, ``eval_sequences`` each, drawn from ``eval_seed``)
     are shared by all models. A RoPE model is also evaluated with each of
     ``rope_scalings`` at ``factor = length / train_length`` (factor 1 at the training
-    length, where every scaling reduces to plain RoPE).
+    length, where every scaling reduces to plain RoPE). With ``window``, every model is
+    also evaluated with the keys ``window`` or more positions back masked
+    (``<scheme>+window``).
 
     Args:
-        config: task, model and budget.
+        config: tasks, model and budget.
         seeds: the training seeds (distinct non-negative ints).
-        schemes: a subset of :data:`SCHEMES`.
-        rope_scalings: a subset of :data:`ROPE_SCALINGS` (ignored without ``"rope"``).
+        schemes: a subset of ``SCHEMES``.
+        rope_scalings: a subset of ``ROPE_READINGS`` (ignored without ``"rope"``).
+        window: the test-time attention window, or ``None``.
         eval_seed: seed of the test sets.
         on_step: called after every training step (for a progress bar; the total is
             ``len(schemes) * len(seeds) * config.steps``).
 
     Raises:
-        ValueError: empty or repeated ``seeds``, unknown schemes or scalings.
+        ValueError: empty or repeated ``seeds``, unknown schemes or scalings, a window
+            that is not a positive int.
     """
     seeds = tuple(seeds)
     if not seeds or len(set(seeds)) != len(seeds):
@@ -505,51 +491,58 @@ def run_experiment(
         if name not in SCHEMES:
             raise ValueError(f"unknown scheme {name!r}; accepted: {list(SCHEMES)}")
     for kind in rope_scalings:
-        if kind not in ROPE_SCALINGS:
-            raise ValueError(f"unknown rope scaling {kind!r}; accepted: {list(ROPE_SCALINGS)}")
+        if kind not in ROPE_READINGS:
+            raise ValueError(f"unknown rope scaling {kind!r}; accepted: {list(ROPE_READINGS)}")
+    if window is not None:
+        check_int("window", window, 1)
     test_generator = torch.Generator().manual_seed(eval_seed)
     test_sets = {
-        length: delayed_copy_batch(
-            config.eval_sequences,
-            length,
-            offset=config.offset,
-            vocab_size=config.vocab_size,
-            generator=test_generator,
-        )
+        length: config.batch(config.eval_sequences, length, test_generator)
         for length in config.eval_lengths
     }
     names = list(schemes)
     if "rope" in schemes:
         names += [f"rope+{kind}" for kind in rope_scalings]
-    result = ExperimentResult(config=config, seeds=seeds, names=names)
-    for name in names:
-        result.accuracy[name] = {length: [] for length in config.eval_lengths}
-        result.loss[name] = {length: [] for length in config.eval_lengths}
+    if window is not None:
+        names += [f"{scheme}+window" for scheme in schemes]
+    result = ExperimentResult(config=config, seeds=seeds, names=names, window=window)
+    for probe in PROBES:
+        result.scores[probe] = {
+            name: {length: [] for length in config.eval_lengths} for name in names
+        }
     longest = max(config.eval_lengths)
     curves: dict[str, list[Tensor]] = {name: [] for name in names}
+    needle_curves: dict[str, list[Tensor]] = {name: [] for name in names}
     for scheme in schemes:
         result.train_losses[scheme] = []
         for seed in seeds:
             model, losses = train(scheme, config, seed, on_step=on_step)
             result.train_losses[scheme].append(losses)
-            variants = [(scheme, None)]
+            variants: list[tuple[str, str | None, int | None]] = [(scheme, None, None)]
             if scheme == "rope":
-                variants += [(f"rope+{kind}", kind) for kind in rope_scalings]
-            for name, kind in variants:
-                for length, (tokens, targets) in test_sets.items():
+                variants += [(f"rope+{kind}", kind, None) for kind in rope_scalings]
+            if window is not None:
+                variants.append((f"{scheme}+window", None, window))
+            for name, kind, masked in variants:
+                for length, batch in test_sets.items():
+                    if scheme == "learned" and length > config.train_length:
+                        for probe in PROBES:  # no table rows: not defined
+                            result.scores[probe][name][length] = None
+                        continue
                     evaluated = model
                     if kind is not None:
                         evaluated = with_rope_scaling(model, kind, length / config.train_length)
-                    if scheme == "learned" and length > config.train_length:
-                        result.accuracy[name][length] = None  # no table rows: not defined
-                        result.loss[name][length] = None
-                        continue
                     with cpu_threads(config.num_threads):
-                        accuracy, loss = evaluate(evaluated, tokens, targets)
-                    result.accuracy[name][length].append(float(accuracy.nanmean()))
-                    result.loss[name][length].append(loss)
+                        probes = evaluate_probes(evaluated, batch, config, window=masked)
+                    result.scores["copy"][name][length].append(float(probes.copy.nanmean()))
+                    result.scores["near"][name][length].append(probes.near)
+                    result.scores["far"][name][length].append(probes.far)
                     if length == longest:
-                        curves[name].append(accuracy)
+                        curves[name].append(probes.copy)
+                        needle_curves[name].append(probes.needle)
     for name in names:
         result.per_position[name] = torch.stack(curves[name]).mean(0) if curves[name] else None
+        result.needle_by_distance[name] = (
+            torch.stack(needle_curves[name]).mean(0) if needle_curves[name] else None
+        )
     return result

@@ -1,0 +1,365 @@
+"""The model of chapter 12 and the ways a trained RoPE model can be read at longer lengths.
+
+* :class:`TinyDecoder`: embeddings, an optional absolute encoding, pre-LN blocks built
+  on :class:`~pecode.attention.MultiHeadAttention`, and a linear read-out; ``window=``
+  in its forward pass masks every key that lies ``window`` or more positions back;
+* :func:`sliding_window_mask`: that mask;
+* :func:`yarn_paper_frequencies`: YaRN's frequencies with the ramp as the paper writes
+  it (linear in the number of turns ``r``), beside pecode's ``"yarn"`` kind, whose ramp
+  is the authors' code's (linear in the pair index, ends rounded outwards);
+* :func:`with_rope_scaling`: the same trained RoPE model read with long-context
+  frequencies, without retraining;
+* :func:`cpu_threads`: a fixed thread count, so that runs are repeatable.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+
+from pecode._checks import check_int
+from pecode.absolute import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from pecode.alibi import ALiBi
+from pecode.attention import MultiHeadAttention, PositionScheme
+from pecode.relative import T5RelativePositionBias
+from pecode.rope import RotaryEmbedding, apply_rope, rope_cos_sin, rope_inv_freq
+from pecode.scaling import yarn_attention_factor
+
+__all__ = [
+    "ROPE_READINGS",
+    "ROPE_SCALINGS",
+    "SCHEMES",
+    "FrequencyRotary",
+    "TinyDecoder",
+    "cpu_threads",
+    "sliding_window_mask",
+    "with_rope_scaling",
+    "yarn_paper_frequencies",
+]
+
+SCHEMES: tuple[str, ...] = ("none", "sinusoidal", "learned", "t5", "alibi", "rope")
+"""The position schemes :class:`TinyDecoder` accepts: ``none`` is NoPE (causal mask only)."""
+
+ROPE_SCALINGS: tuple[str, ...] = ("linear", "ntk", "yarn")
+"""Test-time RoPE scalings that are kinds of :mod:`pecode.scaling` (``"yarn"``: the
+authors' code's ramp, as in Hugging Face transformers)."""
+
+ROPE_READINGS: tuple[str, ...] = (*ROPE_SCALINGS, "yarn_paper")
+"""Every reading :func:`with_rope_scaling` accepts: ``ROPE_SCALINGS`` and
+``"yarn_paper"``, YaRN with the paper's ramp (:func:`yarn_paper_frequencies`)."""
+
+
+@contextmanager
+def cpu_threads(num_threads: int) -> Iterator[None]:
+    """Run the body with ``torch.set_num_threads(num_threads)``, then restore the old value.
+
+    A fixed thread count makes CPU reductions, hence training runs, repeatable.
+
+    Raises:
+        TypeError, ValueError: ``num_threads`` is not a positive int.
+    """
+    check_int("num_threads", num_threads, 1)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def sliding_window_mask(length: int, window: int) -> Tensor:
+    """Boolean mask, ``True`` where query ``t`` may attend to key ``u``: ``0 <= t - u < window``.
+
+    Causal and local: every key ``window`` or more positions back is masked, so a
+    relative scheme only ever sees offsets ``0 .. window - 1``.
+
+    Shapes::
+
+        returns: [length, length](bool)
+
+    Raises:
+        TypeError, ValueError: ``length`` or ``window`` is not a positive int.
+    """
+    check_int("length", length, 1)
+    check_int("window", window, 1)
+    offset = torch.arange(length)[:, None] - torch.arange(length)[None, :]
+    return (offset >= 0) & (offset < window)
+
+
+def _position_scheme(
+    scheme: str, head_dim: int, num_heads: int, train_length: int
+) -> PositionScheme | None:
+    """The scheme inside attention (``None`` for NoPE and the absolute encodings)."""
+    if scheme == "t5":
+        # Decoder buckets; as in T5 (512 tokens, max_distance 128) the last bucket is
+        # reached within the training length, so every bucket used later was trained
+        # (16 buckets: 8 exact offsets, then log-spaced up to max_distance). The logits
+        # are scaled by 1/sqrt(Dh) like every other scheme here.
+        return T5RelativePositionBias(
+            num_heads,
+            bidirectional=False,
+            num_buckets=16,
+            max_distance=max(train_length, 16),
+            scale_logits=True,
+        )
+    if scheme == "alibi":
+        return ALiBi(num_heads)
+    if scheme == "rope":
+        return RotaryEmbedding(head_dim)
+    return None
+
+
+class _Block(nn.Module):
+    """Pre-LN decoder block: ``x + Attn(LN(x))``, then ``x + MLP(LN(x))``."""
+
+    def __init__(self, dim: int, num_heads: int, position: PositionScheme | None) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attention = MultiHeadAttention(dim, num_heads, position=position)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+        x = x + self.attention(self.norm1(x), causal=True, attn_mask=attn_mask)
+        return x + self.mlp(self.norm2(x))
+
+
+class TinyDecoder(nn.Module):
+    """A small decoder-only Transformer whose position scheme is a constructor argument.
+
+    Token embedding, then for ``sinusoidal``/``learned`` the absolute encoding added to
+    it (:class:`~pecode.absolute.SinusoidalPositionalEncoding`,
+    :class:`~pecode.absolute.LearnedPositionalEncoding` with ``max_len`` rows), then
+    ``num_layers`` pre-LN blocks (Xiong et al. 2020) with causal
+    :class:`~pecode.attention.MultiHeadAttention` carrying the scheme (T5 bias, ALiBi,
+    RoPE, or nothing), a final LayerNorm and a linear read-out. ``none`` adds no
+    position information at all: only the causal mask (NoPE, Kazemnejad et al. 2023).
+
+    Shapes::
+
+        tokens: [batch, seq] (int64, in 0 .. vocab_size-1)    returns: [batch, seq, output_size]
+
+    Args:
+        scheme: one of ``SCHEMES``.
+        vocab_size: number of token ids.
+        max_len: the training length; rows of the learned table, and T5's
+            ``max_distance`` (at least 16, which T5's 16 decoder buckets need).
+        dim, num_heads, num_layers: width, heads per layer, blocks.
+        output_size: logits per position (default ``vocab_size``); chapter 12 reads
+            two tasks from one model, so its read-out has both tasks' classes.
+
+    Raises:
+        ValueError: unknown ``scheme``, or sizes that are not positive ints
+            (``dim`` must be divisible by ``num_heads``, the head size even).
+        TypeError: a size is not an int.
+    """
+
+    def __init__(
+        self,
+        scheme: str,
+        *,
+        vocab_size: int,
+        max_len: int,
+        dim: int = 64,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        output_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        if scheme not in SCHEMES:
+            raise ValueError(f"unknown scheme {scheme!r}; accepted: {list(SCHEMES)}")
+        check_int("vocab_size", vocab_size, 2)
+        check_int("max_len", max_len, 1)
+        check_int("dim", dim, 1)
+        check_int("num_heads", num_heads, 1)
+        check_int("num_layers", num_layers, 1)
+        output_size = vocab_size if output_size is None else output_size
+        check_int("output_size", output_size, 2)
+        if dim % num_heads or (dim // num_heads) % 2:
+            raise ValueError(f"dim={dim} must split into num_heads={num_heads} even head sizes")
+        self.scheme, self.vocab_size, self.max_len = scheme, vocab_size, max_len
+        self.embedding = nn.Embedding(vocab_size, dim)
+        self.absolute: nn.Module | None = None
+        if scheme == "sinusoidal":
+            self.absolute = SinusoidalPositionalEncoding(dim)
+        elif scheme == "learned":
+            self.absolute = LearnedPositionalEncoding(max_len, dim)
+        head_dim = dim // num_heads
+        self.blocks = nn.ModuleList(
+            _Block(dim, num_heads, _position_scheme(scheme, head_dim, num_heads, max_len))
+            for _ in range(num_layers)
+        )
+        self.norm = nn.LayerNorm(dim)
+        self.readout = nn.Linear(dim, output_size)
+
+    def forward(self, tokens: Tensor, *, window: int | None = None) -> Tensor:
+        """Logits for the targets at every position.
+
+        Args:
+            tokens: ``[batch, seq]`` token ids.
+            window: if given, every attention layer sees only the keys less than
+                ``window`` positions back (:func:`sliding_window_mask`); the weights
+                are unchanged. ``None``: the whole causal prefix.
+
+        Raises:
+            TypeError: ``tokens`` is not an integer tensor, or ``window`` not an int.
+            ValueError: ``tokens`` is not 2-D, holds an id outside the vocabulary, or
+                (``learned``) is longer than ``max_len``: a learned table has no rows
+                there, so the model is not defined; ``window`` is not positive.
+        """
+        if (
+            not isinstance(tokens, Tensor)
+            or tokens.is_floating_point()
+            or tokens.dtype == torch.bool
+        ):
+            raise TypeError("tokens must be an integer tensor")
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must have shape [batch, seq], got {tuple(tokens.shape)}")
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
+            raise ValueError(f"tokens must lie in 0 .. {self.vocab_size - 1}")
+        mask = None
+        if window is not None:
+            mask = sliding_window_mask(tokens.shape[1], window).to(tokens.device)
+        x = self.embedding(tokens)
+        if self.absolute is not None:
+            x = self.absolute(x)  # the learned table raises past max_len
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.readout(self.norm(x))
+
+
+def yarn_paper_frequencies(
+    head_dim: int,
+    base: float,
+    factor: float,
+    original_length: int,
+    *,
+    alpha: float = 1.0,
+    beta: float = 32.0,
+) -> Tensor:
+    """YaRN's "NTK-by-parts" frequencies with the ramp of the paper (Peng et al. 2023, §3.2).
+
+    ``θ'_i = (1 - γ(r_i)) θ_i / s + γ(r_i) θ_i`` with ``r_i = L0 θ_i / (2π)`` the turns of
+    pair ``i`` over the trained length and ``γ(r) = clip((r - α) / (β - α), 0, 1)``: pairs
+    that turn more than ``β`` times keep their frequency, pairs that turn less than
+    ``α`` times are divided by ``s``, and the ramp is linear in ``r`` in between. The
+    authors' released code and Hugging Face transformers (pecode's ``"yarn"``) ramp
+    linearly in the pair index instead, between indices rounded outwards
+    (:func:`pecode.scaling.yarn_correction_range`); the two agree outside the ramp.
+
+    Shapes::
+
+        returns: [head_dim // 2](float64)
+
+    Raises:
+        TypeError, ValueError: ``head_dim`` not a positive even int, ``original_length``
+            not a positive int, ``factor < 1``, or not ``beta > alpha > 0``.
+    """
+    check_int("original_length", original_length, 1)
+    for name, value in (("base", base), ("factor", factor), ("alpha", alpha), ("beta", beta)):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be finite, got {value}")
+    if factor < 1:
+        raise ValueError(f"factor must be >= 1, got {factor}")
+    if not beta > alpha > 0:
+        raise ValueError(f"need beta > alpha > 0, got alpha={alpha}, beta={beta}")
+    theta = rope_inv_freq(head_dim, base, dtype=torch.float64)
+    turns = original_length * theta / (2 * math.pi)
+    gamma = ((turns - alpha) / (beta - alpha)).clamp(0.0, 1.0)
+    return (1.0 - gamma) * theta / factor + gamma * theta
+
+
+class FrequencyRotary(PositionScheme):
+    """RoPE with given frequencies and attention factor (half layout, float32 tables).
+
+    What :class:`~pecode.rope.RotaryEmbedding` computes with a scaling kind, for
+    frequencies that no kind of :mod:`pecode.scaling` produces (the paper's YaRN ramp):
+    the tables are formed in float64, multiplied by ``attention_factor`` and rounded to
+    float32, as there.
+
+    Shapes::
+
+        inv_freq: [head_dim // 2]
+
+    Raises:
+        TypeError: ``inv_freq`` is not a floating tensor.
+        ValueError: ``inv_freq`` is not 1-D, or ``attention_factor`` is not positive.
+    """
+
+    def __init__(self, inv_freq: Tensor, attention_factor: float = 1.0) -> None:
+        super().__init__()
+        if not isinstance(inv_freq, Tensor) or not inv_freq.is_floating_point():
+            raise TypeError("inv_freq must be a floating tensor")
+        if inv_freq.dim() != 1:
+            raise ValueError(f"inv_freq must be 1-D, got shape {tuple(inv_freq.shape)}")
+        if not (math.isfinite(attention_factor) and attention_factor > 0):
+            raise ValueError(f"attention_factor must be positive, got {attention_factor}")
+        self.inv_freq = inv_freq.detach().to(torch.float64).clone()
+        self.attention_factor = float(attention_factor)
+
+    def _rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        cos, sin = rope_cos_sin(positions.cpu(), self.inv_freq)
+        cos = (cos * self.attention_factor).to(torch.float32).to(x.device)
+        sin = (sin * self.attention_factor).to(torch.float32).to(x.device)
+        if cos.dim() == 3:  # [B, L, r] -> [B, 1, L, r], shared by the heads
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return apply_rope(x, cos, sin, "half")
+
+    def transform_qk(
+        self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Rotate ``q`` by ``q_positions`` and ``k`` by ``k_positions``."""
+        return self._rotate(q, q_positions), self._rotate(k, k_positions)
+
+
+def with_rope_scaling(model: TinyDecoder, kind: str, factor: float) -> TinyDecoder:
+    """A copy of a trained RoPE model whose rotations use long-context frequencies.
+
+    For a kind of ``ROPE_SCALINGS``, each layer's
+    :class:`~pecode.rope.RotaryEmbedding` is replaced by one with ``scaling=kind`` and
+    ``factor`` (``original_max_position_embeddings`` = the training length for YaRN);
+    for ``"yarn_paper"``, by a :class:`FrequencyRotary` with
+    :func:`yarn_paper_frequencies` and YaRN's attention factor ``0.1 ln s + 1``. The
+    weights are untouched, nothing is retrained: the copy's ``state_dict`` equals the
+    original's.
+
+    Args:
+        model: a :class:`TinyDecoder` built with ``scheme="rope"``.
+        kind: one of ``ROPE_READINGS`` (``"linear"``: Chen et al. 2023; ``"ntk"``:
+            NTK-aware; ``"yarn"``, ``"yarn_paper"``: Peng et al. 2023).
+        factor: the context extension ``s >= 1``, usually test length / training length.
+
+    Raises:
+        TypeError: ``model`` is not a :class:`TinyDecoder`.
+        ValueError: ``model`` does not use RoPE, ``kind`` is unknown, or ``factor < 1``.
+    """
+    if not isinstance(model, TinyDecoder):
+        raise TypeError(f"model must be a TinyDecoder, got {type(model).__name__}")
+    if model.scheme != "rope":
+        raise ValueError(f"model must use scheme 'rope', got {model.scheme!r}")
+    if kind not in ROPE_READINGS:
+        raise ValueError(f"unknown kind {kind!r}; accepted: {list(ROPE_READINGS)}")
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor >= 1:
+        raise ValueError(f"factor must be a number >= 1, got {factor!r}")
+    params: dict[str, float | int] = {"factor": float(factor)}
+    if kind == "yarn":
+        params["original_max_position_embeddings"] = model.max_len
+    scaled = copy.deepcopy(model)
+    for block in scaled.blocks:
+        old = block.attention.position
+        assert isinstance(old, RotaryEmbedding)
+        if kind == "yarn_paper":
+            inv_freq = yarn_paper_frequencies(old.head_dim, old.base, float(factor), model.max_len)
+            block.attention.position = FrequencyRotary(inv_freq, yarn_attention_factor(factor))
+        else:
+            block.attention.position = RotaryEmbedding(
+                old.head_dim, base=old.base, scaling=kind, scaling_params=params
+            )
+    return scaled
