@@ -1,0 +1,621 @@
+"""Train short, test long on real text: a character-level language model (chapter 13).
+
+The synthetic tasks of chapter 12 ask one question each. Real text asks them all at
+once: a language model trained on windows of ``L`` characters is read on inputs of
+``2L`` and ``4L``, and we watch its perplexity, as Press et al. (2022) do in Figure 1 of
+the ALiBi paper, here on a laptop CPU.
+
+* :func:`load_corpus`: the corpus, Tiny Shakespeare (1,115,394 ASCII characters of
+  Shakespeare's plays, public domain), shipped in ``pecode/experiments/data`` and checked
+  against its SHA-256, so that it is the same text on every machine;
+* :func:`corpus_splits`: the characters as ids, the first 90% for training, the last
+  10% held out;
+* :func:`train_language_model`: a :class:`~pecode.experiments.TinyDecoder` trained on
+  random windows of the training part;
+* :func:`held_out_windows` and :func:`nonoverlapping_losses`: the evaluation. The same
+  held-out segments are read in pieces of ``L``, ``2L``, ``4L`` characters, so every
+  input length scores the same targets. Two perplexities follow: over all targets (the
+  paper's *nonoverlapping* evaluation, in which a longer input also means fewer
+  targets with little context) and over the last ``tail`` targets of each segment,
+  which every reading predicts from nearly a whole input of context (like the
+  paper's sliding-window evaluation, its Appendix B);
+* :func:`run_text_experiment`: the sweep (schemes x seeds x lengths), the RoPE model
+  also read with linear interpolation, NTK-aware and YaRN frequencies;
+* :func:`bootstrap_mean_interval`: a percentile bootstrap interval over held-out
+  segments, for differences between two readings of the same targets.
+
+Everything runs on the CPU with a fixed number of threads, like chapter 12's runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from pecode._checks import check_int
+from pecode.experiments import (
+    ROPE_READINGS,
+    PairedInterval,
+    TinyDecoder,
+    cpu_threads,
+    paired_bootstrap,
+    with_rope_scaling,
+)
+from pecode.utils import set_seed
+
+__all__ = [
+    "CORPUS_FILE",
+    "CORPUS_SHA256",
+    "TEXT_SCHEMES",
+    "TEXT_VARIANTS",
+    "Comparison",
+    "CorpusSplits",
+    "TextConfig",
+    "TextResult",
+    "bootstrap_mean_interval",
+    "corpus_splits",
+    "held_out_windows",
+    "load_corpus",
+    "nonoverlapping_losses",
+    "position_losses",
+    "random_windows",
+    "run_text_experiment",
+    "train_language_model",
+]
+
+CORPUS_FILE = "tinyshakespeare.txt"
+"""The corpus, in ``pecode/experiments/data`` (provenance in ``PROVENANCE.md`` there)."""
+
+CORPUS_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+"""SHA-256 of the corpus file: the same bytes on every machine, or an error."""
+
+TEXT_SCHEMES: tuple[str, ...] = ("sinusoidal", "learned", "t5", "alibi", "rope")
+"""The trained position schemes (of :data:`pecode.experiments.SCHEMES`)."""
+
+TEXT_VARIANTS: tuple[str, ...] = (*TEXT_SCHEMES, *(f"rope+{kind}" for kind in ROPE_READINGS))
+"""Every model read: the schemes, then the RoPE model read with long-context frequencies
+(:data:`pecode.experiments.ROPE_READINGS`: linear interpolation, NTK-aware, YaRN with the
+authors' code's ramp, YaRN with the paper's ramp)."""
+
+
+def load_corpus() -> str:
+    """The corpus text, after checking its SHA-256 against :data:`CORPUS_SHA256`.
+
+    Raises:
+        RuntimeError: the file's bytes are not the expected ones (a changed or truncated
+            copy would silently change every number of the chapter).
+    """
+    data = (resources.files("pecode.experiments") / "data" / CORPUS_FILE).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != CORPUS_SHA256:
+        raise RuntimeError(
+            f"{CORPUS_FILE} has SHA-256 {digest}, expected {CORPUS_SHA256}: the corpus changed"
+        )
+    return data.decode("ascii")
+
+
+@dataclass(frozen=True)
+class CorpusSplits:
+    """The corpus as character ids.
+
+    Attributes:
+        alphabet: the distinct characters of the whole corpus, sorted; id ``i`` is
+            ``alphabet[i]``.
+        train: ids of the first part of the corpus (``[n_train]``, int64).
+        test: ids of the held-out last part (``[n_test]``, int64); no training window
+            reaches into it.
+    """
+
+    alphabet: str
+    train: Tensor
+    test: Tensor
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.alphabet)
+
+
+def corpus_splits(text: str, held_out_fraction: float = 0.1) -> CorpusSplits:
+    """Split ``text`` into a training part and a held-out last part, as character ids.
+
+    The split is contiguous (the last ``held_out_fraction`` of the characters), so that
+    held-out windows are text the model never saw, not shuffled neighbours of it.
+
+    Raises:
+        TypeError: ``text`` is not a str.
+        ValueError: ``held_out_fraction`` not in (0, 1), or a part would be empty.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if not (isinstance(held_out_fraction, float) and 0.0 < held_out_fraction < 1.0):
+        raise ValueError(f"held_out_fraction must be a float in (0, 1), got {held_out_fraction!r}")
+    alphabet = "".join(sorted(set(text)))
+    lookup = {c: i for i, c in enumerate(alphabet)}
+    ids = torch.tensor([lookup[c] for c in text], dtype=torch.int64)
+    split = len(text) - round(held_out_fraction * len(text))
+    if split <= 0 or split >= len(text):
+        raise ValueError(f"held_out_fraction={held_out_fraction} leaves an empty part")
+    return CorpusSplits(alphabet=alphabet, train=ids[:split], test=ids[split:])
+
+
+def random_windows(ids: Tensor, length: int, count: int, generator: torch.Generator) -> Tensor:
+    """``count`` windows of ``length + 1`` consecutive ids at uniformly random starts.
+
+    Shapes::
+
+        ids: [n]    returns: [count, length + 1] (inputs ``[:, :-1]``, targets ``[:, 1:]``)
+
+    Raises:
+        ValueError: ``ids`` is shorter than one window.
+    """
+    check_int("length", length, 1)
+    check_int("count", count, 1)
+    if ids.numel() < length + 1:
+        raise ValueError(f"ids has {ids.numel()} tokens, fewer than one window of {length + 1}")
+    starts = torch.randint(ids.numel() - length, (count,), generator=generator)
+    return ids[starts[:, None] + torch.arange(length + 1)]
+
+
+def held_out_windows(ids: Tensor, length: int, count: int) -> Tensor:
+    """``count`` evaluation windows of ``length + 1`` consecutive ids, evenly spaced.
+
+    The windows end at ``count`` evenly spaced places of ``ids`` (the first one leaves
+    room for a whole window before it, the last one ends at the end of ``ids``); no
+    random numbers, so every model and every machine sees the same windows. Windows do
+    not overlap when ``ids`` holds at least ``count * (length + 1)`` ids.
+
+    Shapes::
+
+        ids: [n]    returns: [count, length + 1]
+
+    Raises:
+        ValueError: ``ids`` too short for ``count`` distinct windows.
+    """
+    check_int("length", length, 1)
+    check_int("count", count, 1)
+    first_end, last_end = length + 1, ids.numel()  # exclusive ends of the windows
+    if last_end - first_end < count - 1:
+        raise ValueError(f"ids has {ids.numel()} tokens, too few for {count} windows")
+    ends = torch.linspace(first_end, last_end, count, dtype=torch.float64).floor().long()
+    return ids[ends[:, None] - (length + 1) + torch.arange(length + 1)]
+
+
+@torch.no_grad()
+def position_losses(
+    model: Callable[[Tensor], Tensor], windows: Tensor, *, batch_size: int = 8
+) -> Tensor:
+    """Cross-entropy (nats) of every window at every position.
+
+    Position ``p`` predicts ``windows[:, p + 1]`` from ``windows[:, : p + 1]``. The
+    windows go through the model ``batch_size`` at a time: an additive bias (T5, ALiBi)
+    makes attention build full ``[batch, heads, n, n]`` score matrices, and small
+    batches keep them in cache.
+
+    Shapes::
+
+        windows: [count, n + 1] (int64)    returns: [count, n] (float64)
+
+    Raises:
+        ValueError: ``windows`` is not 2-D with at least 2 columns.
+        TypeError, ValueError: ``batch_size`` is not a positive int.
+    """
+    if not isinstance(windows, Tensor) or windows.dim() != 2 or windows.shape[1] < 2:
+        raise ValueError("windows must be a [count, n + 1] tensor with n >= 1")
+    check_int("batch_size", batch_size, 1)
+    losses = []
+    for chunk in windows.split(batch_size):
+        logits = model(chunk[:, :-1]).double()
+        losses.append(F.cross_entropy(logits.transpose(1, 2), chunk[:, 1:], reduction="none"))
+    return torch.cat(losses)
+
+
+def nonoverlapping_losses(
+    model: Callable[[Tensor], Tensor], windows: Tensor, chunk: int, *, batch_size: int = 8
+) -> Tensor:
+    """Cross-entropy of every target of ``windows``, read ``chunk`` positions at a time.
+
+    Each window's ``length`` targets are cut into ``length / chunk`` consecutive pieces,
+    and the model reads each piece as a separate input of ``chunk`` positions: the
+    *nonoverlapping evaluation* of Press et al. (2022, §2.1) with ``L_valid = chunk``.
+    A target at offset ``j`` inside its piece is predicted from ``j + 1`` tokens. The
+    losses are put back in the order of the targets, so that readings with different
+    ``chunk`` score the same targets and can be compared target by target; the last
+    piece of a window is the window's last ``chunk + 1`` ids.
+
+    Shapes::
+
+        windows: [count, length + 1] (int64)    returns: [count, length] (float64)
+
+    Raises:
+        ValueError: ``chunk`` does not divide ``length``, or ``windows`` is not 2-D.
+        TypeError, ValueError: ``chunk`` or ``batch_size`` is not a positive int.
+    """
+    check_int("chunk", chunk, 1)
+    if not isinstance(windows, Tensor) or windows.dim() != 2 or windows.shape[1] < 2:
+        raise ValueError("windows must be a [count, length + 1] tensor with length >= 1")
+    count, length = windows.shape[0], windows.shape[1] - 1
+    if length % chunk:
+        raise ValueError(f"chunk={chunk} must divide the window length {length}")
+    pieces = windows.unfold(1, chunk + 1, chunk).reshape(-1, chunk + 1)
+    return position_losses(model, pieces, batch_size=batch_size).reshape(count, length)
+
+
+def bootstrap_mean_interval(
+    values: Tensor, *, resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
+    """The mean of ``values`` and a percentile bootstrap interval for it.
+
+    Resamples the entries of ``values`` with replacement (``resamples`` times, from a
+    generator seeded with ``seed``) and returns the mean and the ``(1 - level) / 2`` and
+    ``(1 + level) / 2`` quantiles of the resampled means.
+
+    Shapes::
+
+        values: [n]    returns: (mean, low, high)
+
+    Raises:
+        ValueError: ``values`` is not a non-empty 1-D tensor, or ``level`` not in (0, 1).
+    """
+    if not isinstance(values, Tensor) or values.dim() != 1 or values.numel() == 0:
+        raise ValueError("values must be a non-empty 1-D tensor")
+    check_int("resamples", resamples, 1)
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    values = values.double()
+    generator = torch.Generator().manual_seed(seed)
+    picks = torch.randint(values.numel(), (resamples, values.numel()), generator=generator)
+    means = values[picks].mean(1)
+    tail = (1.0 - level) / 2
+    quantiles = torch.quantile(means, torch.tensor([tail, 1.0 - tail], dtype=torch.float64))
+    return float(values.mean()), float(quantiles[0]), float(quantiles[1])
+
+
+@dataclass(frozen=True)
+class TextConfig:
+    """Model, training budget and evaluation, identical for every scheme.
+
+    The defaults are chapter 13's settings.
+
+    Attributes:
+        train_length: ``L``, the characters of every training window.
+        eval_factors: input lengths read at test time, as multiples of ``L``; the
+            largest must be a multiple of every other (the held-out segments are cut
+            into pieces of each length).
+        tail: the last ``tail`` targets of every segment are the scored targets of the
+            *tail* perplexity (predicted from at least ``n - tail`` characters of
+            context at input length ``n``).
+        dim, num_heads, num_layers: model size.
+        steps, batch_size, lr: AdamW steps, windows per step, peak learning rate
+            (linear warm-up over the first tenth, then cosine decay to zero).
+        eval_windows: held-out segments, each as long as the longest input.
+        held_out_fraction: the last part of the corpus kept for evaluation.
+        num_threads: CPU threads for training and evaluation.
+    """
+
+    train_length: int = 256
+    eval_factors: tuple[int, ...] = (1, 2, 4)
+    tail: int = 64
+    dim: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
+    steps: int = 600
+    batch_size: int = 4
+    lr: float = 5e-3
+    eval_windows: int = 32
+    held_out_fraction: float = 0.1
+    num_threads: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("train_length", "tail", "dim", "num_heads", "num_layers"):
+            check_int(name, getattr(self, name), 1)
+        for name in ("steps", "batch_size", "eval_windows", "num_threads"):
+            check_int(name, getattr(self, name), 1)
+        if self.tail > self.train_length:
+            raise ValueError(f"tail={self.tail} exceeds train_length={self.train_length}")
+        if not self.eval_factors or any(
+            isinstance(f, bool) or not isinstance(f, int) or f < 1 for f in self.eval_factors
+        ):
+            raise ValueError(f"eval_factors must be positive ints, got {self.eval_factors}")
+        if any(max(self.eval_factors) % f for f in self.eval_factors):
+            raise ValueError(
+                f"eval_factors must all divide the largest one, got {self.eval_factors}"
+            )
+        if not (isinstance(self.lr, int | float) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a positive number, got {self.lr!r}")
+        if not (isinstance(self.held_out_fraction, float) and 0.0 < self.held_out_fraction < 1.0):
+            raise ValueError(
+                f"held_out_fraction must be a float in (0, 1), got {self.held_out_fraction!r}"
+            )
+
+    @property
+    def eval_lengths(self) -> tuple[int, ...]:
+        """The test lengths ``factor * train_length``."""
+        return tuple(f * self.train_length for f in self.eval_factors)
+
+
+def _learning_rate(step: int, config: TextConfig) -> float:
+    """Linear warm-up over the first tenth of the steps, then cosine decay to zero."""
+    warmup = max(1, config.steps // 10)
+    if step < warmup:
+        return config.lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, config.steps - warmup)
+    return config.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def train_language_model(
+    scheme: str,
+    config: TextConfig,
+    seed: int,
+    splits: CorpusSplits,
+    *,
+    on_step: Callable[[], None] | None = None,
+) -> tuple[TinyDecoder, list[float]]:
+    """Train a :class:`~pecode.experiments.TinyDecoder` on random training windows.
+
+    Every step draws ``batch_size`` windows of ``train_length + 1`` characters from
+    ``splits.train`` and minimizes the next-character cross-entropy at every position.
+    The seed fixes the initialization and the windows drawn.
+
+    Returns:
+        The trained model (in eval mode, on the CPU) and the training loss of every step.
+
+    Raises:
+        ValueError, TypeError: bad ``scheme``, ``seed``, ``config`` or ``splits``.
+    """
+    if not isinstance(config, TextConfig):
+        raise TypeError(f"config must be a TextConfig, got {type(config).__name__}")
+    if not isinstance(splits, CorpusSplits):
+        raise TypeError(f"splits must be a CorpusSplits, got {type(splits).__name__}")
+    if scheme not in TEXT_SCHEMES:
+        raise ValueError(f"unknown scheme {scheme!r}; accepted: {list(TEXT_SCHEMES)}")
+    generator = set_seed(seed)  # seeds the initialization; the generator draws the windows
+    with cpu_threads(config.num_threads):
+        model = TinyDecoder(
+            scheme,
+            vocab_size=splits.vocab_size,
+            max_len=config.train_length,
+            dim=config.dim,
+            num_heads=config.num_heads,
+            num_layers=config.num_layers,
+        )
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
+        model.train()
+        losses = []
+        for step in range(config.steps):
+            for group in optimizer.param_groups:
+                group["lr"] = _learning_rate(step, config)
+            windows = random_windows(
+                splits.train, config.train_length, config.batch_size, generator
+            )
+            logits = model(windows[:, :-1])
+            loss = F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten())
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            losses.append(loss.item())
+            if on_step is not None:
+                on_step()
+    return model.eval(), losses
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Reading ``a`` against reading ``b`` on the same targets, in nats per character.
+
+    The difference is ``loss(a) - loss(b)`` per held-out segment and seed; its mean is
+    the log of the perplexity ratio ``a / b``. Two sources of spread are reported
+    separately, and a direction is *supported* only when both intervals exclude zero:
+
+    Attributes:
+        per_seed: the mean difference of each seed (over the segments).
+        seeds: the exact paired bootstrap interval over seeds of those means
+            (:func:`pecode.experiments.paired_bootstrap`).
+        mean, low, high: the mean over seeds and segments, and the percentile bootstrap
+            interval over segments of the seed-averaged difference
+            (:func:`bootstrap_mean_interval`): how much the held-out text sampled moves it.
+    """
+
+    per_seed: tuple[float, ...]
+    seeds: PairedInterval
+    mean: float
+    low: float
+    high: float
+
+    @property
+    def ratio(self) -> float:
+        """The perplexity ratio ``exp(mean)``."""
+        return math.exp(self.mean)
+
+    @property
+    def greater(self) -> bool:
+        """``a`` has a higher loss than ``b``: both intervals lie above zero."""
+        return self.seeds.low > 0 and self.low > 0
+
+    @property
+    def smaller(self) -> bool:
+        """``a`` has a lower loss than ``b``: both intervals lie below zero."""
+        return self.seeds.high < 0 and self.high < 0
+
+    def __str__(self) -> str:
+        seeds = ", ".join(f"{math.exp(d):.3f}" for d in self.per_seed)
+        return (
+            f"ratio {self.ratio:.3f} [{math.exp(self.low):.3f}, {math.exp(self.high):.3f}]"
+            f" (seeds: {seeds})"
+        )
+
+
+@dataclass
+class TextResult:
+    """Per-target losses of every model read at every input length, one entry per seed.
+
+    ``losses[name][n]`` is a list over seeds of ``[eval_windows, longest]`` float64
+    tensors: the cross-entropy of every target of the held-out segments, read in pieces
+    of ``n`` (:func:`nonoverlapping_losses`); ``None`` where the model is not defined at
+    that length (the learned table past ``L``). The RoPE readings ``rope+<kind>`` are
+    the RoPE models of the same seeds, read with ``factor = n / L``.
+    """
+
+    config: TextConfig
+    seeds: tuple[int, ...]
+    names: list[str] = field(default_factory=list)
+    losses: dict[str, dict[int, list[Tensor] | None]] = field(default_factory=dict)
+    train_losses: dict[str, list[list[float]]] = field(default_factory=dict)
+
+    def window_losses(self, name: str, length: int, *, part: str | slice = "tail") -> Tensor | None:
+        """Mean loss per held-out segment, ``[seeds, eval_windows]``; ``None`` if undefined.
+
+        ``part="tail"``: over the last ``config.tail`` targets of each segment;
+        ``part="all"``: over all its targets (nonoverlapping evaluation); a ``slice``:
+        over those targets of each segment (``slice(256, 320)``: the targets at
+        positions 256 to 319 of an input as long as the segment).
+
+        Raises:
+            ValueError: ``part`` is none of these, or a slice with a step or with no
+                target in it.
+        """
+        per_seed = self.losses[name][length]
+        if part == "tail":
+            part = slice(-self.config.tail, None)
+        elif part == "all":
+            part = slice(None)
+        if not isinstance(part, slice) or part.step not in (None, 1):
+            raise ValueError(f"part must be 'tail', 'all' or a slice without step, got {part!r}")
+        longest = max(self.config.eval_lengths)
+        if not range(longest)[part]:
+            raise ValueError(f"part {part} holds no target of a segment of {longest}")
+        if per_seed is None:
+            return None
+        return torch.stack([x[:, part].mean(1) for x in per_seed])
+
+    def excess_by_position(self, name: str, length: int) -> Tensor | None:
+        """How much worse each position of an input of ``length`` is than the same
+        targets read in inputs of ``L``: the mean of ``loss(read at length) - loss(read
+        at L)`` over seeds, segments and pieces, in nats. Shape ``[length]``; 0 at the
+        positions below ``L`` for a scheme whose prediction there does not depend on
+        the input length (a causal model read with the same frequencies); ``None``
+        where undefined.
+        """
+        longer, short = self.losses[name][length], self.losses[name][self.config.train_length]
+        if longer is None or short is None:
+            return None
+        difference = torch.stack(longer) - torch.stack(short)  # [seeds, windows, longest]
+        return difference.reshape(-1, length).mean(0)
+
+    def perplexity(
+        self, name: str, length: int, *, part: str | slice = "tail"
+    ) -> list[float] | None:
+        """Perplexity ``exp(mean loss)`` per seed; ``None`` where undefined."""
+        losses = self.window_losses(name, length, part=part)
+        if losses is None:
+            return None
+        return [math.exp(float(x)) for x in losses.mean(1)]
+
+    def compare(
+        self, a: tuple[str, int], b: tuple[str, int], *, part: str | slice = "tail"
+    ) -> Comparison:
+        """Reading ``a = (name, length)`` against ``b`` on the same targets.
+
+        Both readings score the same targets of the same segments (every length does,
+        :func:`nonoverlapping_losses`), so the difference is paired by segment and by
+        seed.
+
+        Raises:
+            ValueError: a reading is not defined (the learned table past ``L``), fewer
+                than two seeds, or a bad ``part``.
+        """
+        losses = [self.window_losses(name, length, part=part) for name, length in (a, b)]
+        if losses[0] is None or losses[1] is None:
+            raise ValueError(f"{a if losses[0] is None else b} is not defined")
+        difference = losses[0] - losses[1]  # [seeds, segments]
+        per_seed = tuple(float(d) for d in difference.mean(1))
+        mean, low, high = bootstrap_mean_interval(difference.mean(0))
+        return Comparison(per_seed, paired_bootstrap(list(per_seed)), mean, low, high)
+
+    def per_position(self, name: str, length: int) -> Tensor | None:
+        """Mean loss at each position ``0 .. n-1`` of an input of ``n = length``.
+
+        Averaged over seeds, segments and the pieces of each segment. Shape ``[length]``;
+        ``None`` where undefined.
+        """
+        per_seed = self.losses[name][length]
+        if per_seed is None:
+            return None
+        stacked = torch.stack(per_seed)  # [seeds, windows, longest]
+        return stacked.reshape(-1, length).mean(0)
+
+
+def run_text_experiment(
+    config: TextConfig,
+    seeds: Sequence[int],
+    *,
+    schemes: Sequence[str] = TEXT_SCHEMES,
+    rope_readings: Sequence[str] = ROPE_READINGS,
+    splits: CorpusSplits | None = None,
+    on_step: Callable[[], None] | None = None,
+) -> TextResult:
+    """Train every scheme with every seed; read each model at every input length.
+
+    The held-out segments (:func:`held_out_windows`: ``eval_windows`` segments of the
+    longest length) are the same for every model and every length. Each RoPE model is
+    also read with every kind in ``rope_readings`` at ``factor = n / L`` (factor 1,
+    plain RoPE, at ``L``).
+
+    Args:
+        config: model, budget and evaluation.
+        seeds: the training seeds (distinct non-negative ints).
+        schemes: a subset of :data:`TEXT_SCHEMES`.
+        rope_readings: a subset of :data:`pecode.experiments.ROPE_READINGS`.
+        splits: the corpus (default: :func:`corpus_splits` of :func:`load_corpus`).
+        on_step: called after every training step (a progress bar's ``update``; the
+            total is ``len(schemes) * len(seeds) * config.steps``).
+
+    Raises:
+        ValueError: empty or repeated ``seeds``, unknown schemes or readings.
+    """
+    seeds = tuple(seeds)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct and non-empty, got {seeds}")
+    for name in schemes:
+        if name not in TEXT_SCHEMES:
+            raise ValueError(f"unknown scheme {name!r}; accepted: {list(TEXT_SCHEMES)}")
+    for kind in rope_readings:
+        if kind not in ROPE_READINGS:
+            raise ValueError(f"unknown rope reading {kind!r}; accepted: {list(ROPE_READINGS)}")
+    if splits is None:
+        splits = corpus_splits(load_corpus(), config.held_out_fraction)
+    longest = max(config.eval_lengths)
+    segments = held_out_windows(splits.test, longest, config.eval_windows)
+    names = list(schemes)
+    if "rope" in schemes:
+        names += [f"rope+{kind}" for kind in rope_readings]
+    result = TextResult(config=config, seeds=seeds, names=names)
+    for name in names:
+        result.losses[name] = {length: [] for length in config.eval_lengths}
+    for scheme in schemes:
+        result.train_losses[scheme] = []
+        for seed in seeds:
+            model, losses = train_language_model(scheme, config, seed, splits, on_step=on_step)
+            result.train_losses[scheme].append(losses)
+            variants = [(scheme, None)]
+            if scheme == "rope":
+                variants += [(f"rope+{kind}", kind) for kind in rope_readings]
+            for name, kind in variants:
+                for length in config.eval_lengths:
+                    if scheme == "learned" and length > config.train_length:
+                        result.losses[name][length] = None  # no table rows: not defined
+                        continue
+                    evaluated = model
+                    if kind is not None:
+                        evaluated = with_rope_scaling(model, kind, length / config.train_length)
+                    with cpu_threads(config.num_threads):
+                        losses_here = nonoverlapping_losses(evaluated, segments, length)
+                    result.losses[name][length].append(losses_here)
+    return result
