@@ -74,15 +74,16 @@ CORPUS_FILE = "tinyshakespeare.txt"
 """The corpus, in ``pecode/experiments/data`` (provenance in ``PROVENANCE.md`` there)."""
 
 CORPUS_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
-"""SHA-256 of the corpus file: the same bytes on every machine, or an error."""
+"""The SHA-256 of the corpus file, checked at every load, so that every machine reads the
+same bytes or gets an error."""
 
 TEXT_SCHEMES: tuple[str, ...] = ("sinusoidal", "learned", "t5", "alibi", "rope")
 """The trained position schemes (of :data:`pecode.experiments.SCHEMES`)."""
 
 TEXT_VARIANTS: tuple[str, ...] = (*TEXT_SCHEMES, *(f"rope+{kind}" for kind in ROPE_READINGS))
-"""Every model read: the schemes, then the RoPE model read with long-context frequencies
-(:data:`pecode.experiments.ROPE_READINGS`: linear interpolation, NTK-aware, YaRN with the
-authors' code's ramp, YaRN with the paper's ramp)."""
+"""Every model read, the schemes first, then the RoPE model read with the long-context
+frequencies of :data:`pecode.experiments.ROPE_READINGS` (linear interpolation, NTK-aware,
+YaRN with the authors' code's ramp, YaRN with the paper's ramp)."""
 
 
 def load_corpus() -> str:
