@@ -434,7 +434,10 @@ def test_yarn_mscale_ratio_and_explicit_factor():
     assert factor == 1.5
 
 
-def test_llama3_matches_loop_and_published_bands():
+def test_llama3_1_entry_matches_band_loop_and_band_edges():
+    # pecode's llama3 rule on the Llama 3.1 entry against the project's own band loop
+    # (pecode.reference.scaling) and the band conditions; the entry's constants are
+    # checked against their source in test_published_entries_are_the_sources_settings.
     config = dict(PUBLISHED_CONFIGS["llama3.1"])
     config.pop("kind")
     base = config.pop("base")
@@ -488,7 +491,11 @@ def test_base_change_config_constants():
         assert factor == 1.0
 
 
-def test_qwen3_published_yarn_config():
+def test_qwen3_yarn_entry_matches_authors_code_loop():
+    # pecode's yarn rule on the Qwen3 entry against the loop written from the YaRN
+    # authors' code (pecode.reference.scaling) and the paper's 0.1 ln s + 1; the entry's
+    # values are checked against Qwen's documentation in
+    # test_published_entries_are_the_sources_settings.
     config = dict(PUBLISHED_CONFIGS["qwen3_yarn"])
     kind = config.pop("kind")
     base = config.pop("base")
@@ -497,6 +504,128 @@ def test_qwen3_published_yarn_config():
     assert torch.allclose(
         inv_freq, yarn_inv_freq_code_loop(128, 1_000_000.0, 4.0, 32768), rtol=1e-12
     )
+
+
+# Numbers published by an independent implementation: the snapshots in Hugging Face
+# transformers' tests/utils/test_modeling_rope_utils.py (huggingface/transformers, commit
+# e42e4a43c16b458045aa7b0f721cfe4015680880: test_dynamic_rope_numerically,
+# test_yarn_rope_numerically, test_llama3_rope_numerically),
+# computed by transformers' own rope functions for LlamaConfig() (head_dim 128, base 10000,
+# max_position_embeddings 2048) and printed to five significant digits. Typed here from
+# that file; pecode shares no code with it.
+# fmt: off
+HF_SNAPSHOT_COMMON = [
+    1.0000e00, 8.6596e-01, 7.4989e-01, 6.4938e-01, 5.6234e-01, 4.8697e-01,
+    4.2170e-01, 3.6517e-01, 3.1623e-01, 2.7384e-01, 2.3714e-01, 2.0535e-01,
+    1.7783e-01, 1.5399e-01, 1.3335e-01, 1.1548e-01, 1.0000e-01,
+]  # pairs 0-16: kept by both the llama3 and the yarn snapshot
+HF_SNAPSHOT_SLOW = [
+    2.7384e-04, 2.3714e-04, 2.0535e-04, 1.7783e-04, 1.5399e-04, 1.3335e-04, 1.1548e-04,
+    1.0000e-04, 8.6596e-05, 7.4989e-05, 6.4938e-05, 5.6234e-05, 4.8697e-05,
+    4.2170e-05, 3.6517e-05, 3.1623e-05, 2.7384e-05, 2.3714e-05, 2.0535e-05,
+    1.7783e-05, 1.5399e-05, 1.3335e-05, 1.1548e-05,
+]  # pairs 41-63: divided by 10 in both
+HF_SNAPSHOTS = {
+    "llama3": (
+        {
+            "factor": 10.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 2048,
+        },
+        [
+            *HF_SNAPSHOT_COMMON,
+            8.6596e-02, 7.4989e-02, 6.4938e-02, 5.6234e-02, 4.8697e-02, 4.2170e-02,
+            3.6517e-02, 3.1623e-02, 2.7384e-02, 2.3714e-02, 2.0535e-02, 1.7783e-02,
+            1.5399e-02, 1.3335e-02, 1.0730e-02, 7.7785e-03, 5.6009e-03, 3.9991e-03,
+            2.8248e-03, 1.9675e-03, 1.3449e-03, 8.9549e-04, 5.7363e-04, 3.4539e-04,
+            *HF_SNAPSHOT_SLOW,
+        ],
+    ),
+    "yarn": (
+        {"factor": 10.0, "original_max_position_embeddings": 2048, "beta_fast": 32, "beta_slow": 1},
+        [
+            *HF_SNAPSHOT_COMMON,
+            8.3479e-02, 6.9590e-02, 5.7925e-02, 4.8136e-02, 3.9931e-02, 3.3061e-02,
+            2.7315e-02, 2.2515e-02, 1.8512e-02, 1.5177e-02, 1.2403e-02, 1.0101e-02,
+            8.1924e-03, 6.6143e-03, 5.3120e-03, 4.2400e-03, 3.3599e-03, 2.6396e-03,
+            2.0520e-03, 1.5746e-03, 1.1882e-03, 8.7713e-04, 6.2810e-04, 4.3007e-04,
+            *HF_SNAPSHOT_SLOW,
+        ],
+    ),
+    "dynamic": (
+        {"factor": 10.0, "original_max_position_embeddings": 2048, "seq_len": 16384},
+        [
+            1.0000e00, 8.0931e-01, 6.5498e-01, 5.3008e-01, 4.2900e-01, 3.4720e-01,
+            2.8099e-01, 2.2741e-01, 1.8404e-01, 1.4895e-01, 1.2055e-01, 9.7558e-02,
+            7.8955e-02, 6.3899e-02, 5.1714e-02, 4.1853e-02, 3.3872e-02, 2.7413e-02,
+            2.2185e-02, 1.7955e-02, 1.4531e-02, 1.1760e-02, 9.5176e-03, 7.7027e-03,
+            6.2339e-03, 5.0451e-03, 4.0831e-03, 3.3045e-03, 2.6744e-03, 2.1644e-03,
+            1.7517e-03, 1.4176e-03, 1.1473e-03, 9.2852e-04, 7.5146e-04, 6.0817e-04,
+            4.9220e-04, 3.9834e-04, 3.2238e-04, 2.6091e-04, 2.1115e-04, 1.7089e-04,
+            1.3830e-04, 1.1193e-04, 9.0585e-05, 7.3312e-05, 5.9332e-05, 4.8018e-05,
+            3.8861e-05, 3.1451e-05, 2.5453e-05, 2.0600e-05, 1.6672e-05, 1.3492e-05,
+            1.0920e-05, 8.8374e-06, 7.1522e-06, 5.7883e-06, 4.6845e-06, 3.7912e-06,
+            3.0683e-06, 2.4832e-06, 2.0097e-06, 1.6265e-06,
+        ],
+    ),
+}
+# fmt: on
+
+
+def _agrees_to_printed_digits(ours: torch.Tensor, printed: list[float]) -> bool:
+    """Each value equals the printed one to half a unit of its fifth significant digit."""
+    assert len(printed) == ours.numel()
+    return all(
+        abs(float(value) - number) <= 0.5 * 10.0 ** (math.floor(math.log10(number)) - 4)
+        for value, number in zip(ours.tolist(), printed, strict=True)
+    )
+
+
+@pytest.mark.parametrize("kind", sorted(HF_SNAPSHOTS))
+def test_rules_reproduce_transformers_published_snapshots(kind):
+    params, printed = HF_SNAPSHOTS[kind]
+    inv_freq, _ = freqs(kind, **params)
+    assert _agrees_to_printed_digits(inv_freq, printed)
+    # the comparison can fail: the same rule with the trained length doubled does not agree
+    wrong = {**params, "original_max_position_embeddings": 4096}
+    assert not _agrees_to_printed_digits(freqs(kind, **wrong)[0], printed)
+
+
+def test_published_entries_are_the_sources_settings():
+    # Each entry of PUBLISHED_CONFIGS against the values as its source prints them, typed
+    # from that source (no machine-readable copy is installed):
+    # - llama3.1: Meta's reference code, meta-llama/llama-models, models/llama3/model.py,
+    #   apply_scaling (commit a9c89c471f793423afd4cc3ca8671d6e56fe64cb): scale_factor = 8,
+    #   low_freq_factor = 1, high_freq_factor = 4, old_context_len = 8192; its
+    #   models/llama3/args.py: rope_theta = 500000;
+    # - qwen3_yarn: Qwen's documentation, QwenLM/Qwen3, docs/source/inference/transformers.md
+    #   (commit 7a2f61ffc7a20d47efcd2bf97f6f2bf52729042e), "Enabling Long Context": the
+    #   block {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    #   for 131,072 tokens; the base 1,000,000 is the Qwen3 technical report's (arXiv
+    #   2505.09388, the long-context pre-training stage: ABF from 10,000 to 1,000,000);
+    # - llama2_long, code_llama: test_base_change_config_constants.
+    sources = {
+        "llama3.1": {
+            "kind": "llama3",
+            "base": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        "qwen3_yarn": {
+            "kind": "yarn",
+            "base": 1_000_000.0,
+            "factor": 4.0,
+            "original_max_position_embeddings": 32768,
+        },
+    }
+    for name, expected in sources.items():
+        assert PUBLISHED_CONFIGS[name] == expected, name
+    # Qwen's block extends 32,768 tokens to 131,072: its factor is that ratio
+    qwen = PUBLISHED_CONFIGS["qwen3_yarn"]
+    assert qwen["factor"] * qwen["original_max_position_embeddings"] == 131072
 
 
 def test_registry_lists_the_contract_kinds():
