@@ -263,7 +263,9 @@ def yarn_correction_range(
 def _yarn(dim: int, base: float, params: dict[str, Any]) -> tuple[Tensor, float]:
     # Peng et al. 2023 ("NTK-by-parts" and the temperature); the ramp runs linearly over
     # the pair index between the correction range, as in the authors' released code
-    # (the paper's γ ramps linearly in r; the two agree outside the ramp).
+    # (the paper's γ ramps linearly in r). They differ inside the ramp, and outside it
+    # too where the code's low end is clipped to 0: when pair 0 turns fewer than
+    # beta_fast times, the code keeps it whole and the paper's γ divides part of it.
     factor = _factor(params)
     beta_fast, beta_slow = params.get("beta_fast"), params.get("beta_slow")
     low, high = yarn_correction_range(

@@ -16,10 +16,12 @@ from pecode.experiments import (
     FrequencyRotary,
     NeedleCopyBatch,
     TinyDecoder,
+    attention_beyond,
     cpu_threads,
     delayed_copy_batch,
     evaluate,
     evaluate_probes,
+    map_jobs,
     needle_copy_batch,
     run_experiment,
     sliding_window_mask,
@@ -29,7 +31,7 @@ from pecode.experiments import (
 )
 from pecode.reference.scaling import yarn_inv_freq_code_loop, yarn_inv_freq_paper_loop
 from pecode.rope import RotaryEmbedding
-from pecode.scaling import rope_frequencies
+from pecode.scaling import rope_frequencies, yarn_correction_range
 
 TINY = ExperimentConfig(
     train_length=8,
@@ -265,6 +267,101 @@ def test_paper_and_code_ramps_agree_outside_the_ramp_only():
     assert bool((code[1:4] > paper[1:4]).all())  # the code keeps more of the middle pairs
 
 
+def test_ramps_disagree_outside_the_ramp_when_the_code_clips_its_low_end():
+    """L0 = 32 < 2π·32: even pair 0 turns fewer than beta_fast times (5.1). The code's low
+    end, floor of a negative index, is clipped to 0, so the code keeps pair 0 whole; the
+    paper's γ(5.1) = 0.13 divides most of it by s. Pair 0 lies outside the code's ramp,
+    and the two differ there (the old docstrings said they agree outside the ramp)."""
+    assert yarn_correction_range(16, 10000.0, 32, 32, 1)[0] == 0
+    paper = yarn_paper_frequencies(16, 10000.0, 4.0, 32)
+    code, _ = rope_frequencies(
+        "yarn", 16, 10000.0, dtype=torch.float64, factor=4.0, original_max_position_embeddings=32
+    )
+    assert float(code[0]) == 1.0  # kept whole
+    turns = 32 / (2 * math.pi)
+    gamma = (turns - 1) / 31
+    assert float(paper[0]) == pytest.approx((1 - gamma) / 4 + gamma, rel=1e-12)
+    assert float(paper[0]) < 0.4
+
+
+def test_yarn_parts_apart_recombine_to_yarn():
+    """YaRN's frequencies alone and its temperature alone: each changes one of the two
+    things the full reading changes, checked against rotations built by hand."""
+    torch.manual_seed(0)
+    model = TinyDecoder("rope", vocab_size=5, max_len=8, dim=16, num_heads=2).eval()
+    factor = 4.0
+    full = with_rope_scaling(model, "yarn", factor).blocks[0].attention.position
+    freqs = with_rope_scaling(model, "yarn_frequencies", factor).blocks[0].attention.position
+    temp = with_rope_scaling(model, "yarn_temperature", factor).blocks[0].attention.position
+    q, k = torch.randn(1, 2, 32, 8), torch.randn(1, 2, 32, 8)
+    positions = torch.arange(32)
+    mscale = 0.1 * math.log(factor) + 1.0
+    yarn_freq, _ = rope_frequencies(
+        "yarn", 8, 10000.0, dtype=torch.float64, factor=factor, original_max_position_embeddings=8
+    )
+    plain_freq = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)
+
+    def rotate(x, inv_freq, scale):  # a float64 rotation by hand, half layout
+        angle = positions[:, None].double() * inv_freq
+        a, b = x.double()[..., :4], x.double()[..., 4:]
+        cos, sin = angle.cos() * scale, angle.sin() * scale
+        return torch.cat([a * cos - b * sin, a * sin + b * cos], -1)
+
+    for scheme, inv_freq, scale in (
+        (full, yarn_freq, mscale),
+        (freqs, yarn_freq, 1.0),
+        (temp, plain_freq, mscale),
+    ):
+        q_out, k_out = scheme.transform_qk(q, k, positions, positions)
+        assert torch.allclose(q_out.double(), rotate(q, inv_freq, scale), atol=1e-5)
+        assert torch.allclose(k_out.double(), rotate(k, inv_freq, scale), atol=1e-5)
+
+
+def test_attention_beyond_matches_weights_summed_by_hand():
+    torch.manual_seed(0)
+    model = TinyDecoder("alibi", vocab_size=7, max_len=8, dim=16, num_heads=4).eval()
+    tokens = torch.randint(7, (3, 20))
+    shares = attention_beyond(model, tokens, 8, batch_size=2)
+    assert shares.shape == (2, 4)
+    # by hand: layer 0 sees the embeddings, layer 1 the first block's output
+    with torch.no_grad():
+        x = model.embedding(tokens)
+        for layer, block in enumerate(model.blocks):
+            weights = block.attention.attention_weights(block.norm1(x), causal=True)
+            expected = torch.zeros(4, dtype=torch.float64)
+            for i in range(8, 20):
+                expected += weights[:, :, i, : i - 8 + 1].double().sum(-1).mean(0)
+            assert torch.allclose(shares[layer], expected / 12, atol=1e-6)
+            x = block(x)
+    # with the queries zeroed, attention is softmax of ALiBi's bias alone: the share 8 or
+    # more back is a geometric sum, per head slope m (1/4, 1/16, 1/64, 1/256 here)
+    for block in model.blocks:
+        torch.nn.init.zeros_(block.attention.q_proj.weight)
+        torch.nn.init.zeros_(block.attention.q_proj.bias)
+    shares = attention_beyond(model, tokens, 8)
+    for head, slope in enumerate((1 / 4, 1 / 16, 1 / 64, 1 / 256)):
+        expected = 0.0
+        for i in range(8, 20):
+            weights = [math.exp(-slope * (i - j)) for j in range(i + 1)]
+            expected += sum(weights[: i - 8 + 1]) / sum(weights) / 12
+        assert float(shares[0, head]) == pytest.approx(expected, abs=1e-6)
+    # a window of 8 hides exactly those keys
+    assert float(attention_beyond(model, tokens, 8, window=8).abs().max()) < 1e-7
+    with pytest.raises(ValueError, match="distance"):
+        attention_beyond(model, tokens, 20)
+
+
+def _square(x):
+    return x * x
+
+
+def test_map_jobs_keeps_the_order_in_processes():
+    assert map_jobs(_square, [(3,), (1,), (2,)], workers=2) == [9, 1, 4]
+    assert map_jobs(_square, [(3,)], workers=1) == [9]
+    with pytest.raises(ValueError, match="workers"):
+        map_jobs(_square, [(3,)], workers=0)
+
+
 def test_yarn_paper_frequencies_reject_bad_input():
     with pytest.raises(ValueError, match="factor"):
         yarn_paper_frequencies(16, 10000.0, 0.5, 256)
@@ -410,16 +507,14 @@ def test_config_rejects_bad_values():
 
 def test_run_experiment_marks_the_learned_table_undefined_past_its_length():
     config = ExperimentConfig(**{**TINY_NEEDLE.__dict__, "steps": 2})
-    calls = []
     result = run_experiment(
         config,
         seeds=(0, 1),
         schemes=("learned", "rope"),
         rope_scalings=ROPE_READINGS,
         window=16,
-        on_step=lambda: calls.append(1),
     )
-    assert len(calls) == 2 * 2 * 2
+    assert [len(result.models[name]) for name in ("learned", "rope")] == [2, 2]
     assert result.names == [
         "learned",
         "rope",
@@ -442,6 +537,16 @@ def test_run_experiment_marks_the_learned_table_undefined_past_its_length():
     for name in [f"rope+{kind}" for kind in ROPE_READINGS] + ["rope+window"]:
         assert result.accuracy[name][16] == result.accuracy["rope"][16], name
     assert result.paired("rope", "rope", 32).mean == 0.0
+    # the same run on two worker processes gives the same numbers
+    spread = run_experiment(
+        config,
+        seeds=(0, 1),
+        schemes=("learned", "rope"),
+        rope_scalings=ROPE_READINGS,
+        window=16,
+        workers=2,
+    )
+    assert repr(spread.scores) == repr(result.scores)  # NaN where no far needle: by text
     with pytest.raises(ValueError, match="not defined"):
         result.paired("learned", "rope", 32)
     with pytest.raises(ValueError, match="seeds"):

@@ -1,6 +1,7 @@
 """The real-text experiment of chapter 13: the pinned corpus, its split, the end-aligned
-evaluation windows, per-position losses and the bootstrap interval against hand-worked
-examples, and a tiny language model that learns, deterministically under a seed."""
+and the randomly drawn evaluation windows, per-position losses and the seed interval
+against hand-worked examples, and a tiny language model that learns, deterministically
+under a seed and whatever the number of worker processes."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from pecode.experiments.text import (
     TEXT_VARIANTS,
     TextConfig,
     TextResult,
-    bootstrap_mean_interval,
     corpus_splits,
     held_out_windows,
     load_corpus,
@@ -216,28 +216,21 @@ def test_position_losses_reject_bad_windows():
         position_losses(lambda t: t, torch.zeros(3, 1, dtype=torch.long))
 
 
-def test_bootstrap_interval_of_a_hand_worked_example():
-    # Two values 0 and 1: a resampled mean is 0, 1/2 or 1 with probabilities 1/4, 1/2,
-    # 1/4, so the 2.5% and 97.5% quantiles of the resampled means are 0 and 1.
-    mean, low, high = bootstrap_mean_interval(torch.tensor([0.0, 1.0]), resamples=4000)
-    assert (mean, low, high) == (0.5, 0.0, 1.0)
-    # a constant has a zero-width interval
-    assert bootstrap_mean_interval(torch.full((5,), 2.5)) == (2.5, 2.5, 2.5)
-    # the interval narrows like 1/sqrt(n): for 400 draws of a standard normal, the
-    # 95% interval has width close to 2 * 1.96 / sqrt(400) = 0.196
-    values = torch.randn(400, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    mean, low, high = bootstrap_mean_interval(values)
-    assert low < mean < high
-    assert 0.15 < high - low < 0.25
-
-
-def test_bootstrap_rejects_bad_input():
-    with pytest.raises(ValueError, match="values"):
-        bootstrap_mean_interval(torch.tensor([]))
-    with pytest.raises(ValueError, match="values"):
-        bootstrap_mean_interval(torch.ones(2, 2))
-    with pytest.raises(ValueError, match="level"):
-        bootstrap_mean_interval(torch.ones(3), level=1.0)
+def test_drawn_windows_are_disjoint_slots_and_differ_by_seed(splits):
+    ids = torch.arange(100)
+    first = held_out_windows(ids, 9, 4, generator=torch.Generator().manual_seed(0))
+    # slots of 10 ids: each window is one whole slot, slots distinct, in text order
+    assert first.shape == (4, 10)
+    assert all(int(row[0]) % 10 == 0 for row in first)
+    assert torch.equal(first, first[:, :1] + torch.arange(10))
+    starts = first[:, 0].tolist()
+    assert starts == sorted(set(starts))
+    again = held_out_windows(ids, 9, 4, generator=torch.Generator().manual_seed(0))
+    other = held_out_windows(ids, 9, 4, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(first, again)
+    assert not torch.equal(first, other)
+    with pytest.raises(ValueError, match="disjoint"):
+        held_out_windows(ids, 9, 11, generator=torch.Generator())
 
 
 def test_a_tiny_run_learns(splits):
@@ -295,6 +288,8 @@ def test_run_text_experiment_shapes_and_the_learned_table(splits):
         "rope+ntk",
         "rope+yarn",
         "rope+yarn_paper",
+        "rope+yarn_frequencies",
+        "rope+yarn_temperature",
     )
     for name in result.names:
         for length in (16, 32):
@@ -310,10 +305,14 @@ def test_run_text_experiment_shapes_and_the_learned_table(splits):
             assert result.per_position(name, length).shape == (length,)
     # at the training length every reading has factor 1: plain RoPE, the same numbers
     # (the paper's YaRN ramp builds its own tables: equal up to float32 rounding)
-    for kind in ("linear", "ntk", "yarn", "yarn_paper"):
+    for kind in ("linear", "ntk", "yarn", "yarn_paper", "yarn_frequencies", "yarn_temperature"):
         for a, b in zip(result.losses[f"rope+{kind}"][16], result.losses["rope"][16], strict=True):
             assert torch.allclose(a, b, rtol=0, atol=1e-5)
-            assert kind == "yarn_paper" or torch.equal(a, b)
+            assert kind in ("yarn_paper", "yarn_frequencies", "yarn_temperature") or torch.equal(
+                a, b
+            )
+    # each seed reads its own segments: the same model scores other text under seed 1
+    assert result.models["rope"][0] is not result.models["rope"][1]
     # the tail of a segment is its last `tail` targets; "all" is every target
     losses = result.losses["rope"][16][0]
     assert torch.equal(result.window_losses("rope", 16)[0], losses[:, -4:].mean(1))
@@ -324,6 +323,47 @@ def test_run_text_experiment_shapes_and_the_learned_table(splits):
     assert torch.allclose(per_position[0], stacked[:, :, [0, 16]].mean())
     with pytest.raises(ValueError, match="part"):
         result.window_losses("rope", 32, part="middle")
+
+
+def test_workers_and_windows(splits):
+    config = TextConfig(**{**TINY.__dict__, "steps": 3})
+    here = run_text_experiment(
+        config,
+        seeds=(0, 1),
+        schemes=("alibi", "rope"),
+        rope_readings=("yarn",),
+        window=8,
+        window_schemes=("rope",),
+        splits=splits,
+    )
+    assert here.names == ["alibi", "rope", "rope+yarn", "rope+window"]
+    spread = run_text_experiment(
+        config,
+        seeds=(0, 1),
+        schemes=("alibi", "rope"),
+        rope_readings=("yarn",),
+        window=8,
+        window_schemes=("rope",),
+        splits=splits,
+        workers=2,
+    )
+    for name in here.names:  # two processes, each with one thread: the same numbers
+        for length in (16, 32):
+            for a, b in zip(here.losses[name][length], spread.losses[name][length], strict=True):
+                assert torch.equal(a, b), name
+    # the window of 8 hides keys at the training length too: it changes the losses
+    windowed, plain = here.losses["rope+window"][16][0], here.losses["rope"][16][0]
+    assert torch.equal(windowed[:, :8], plain[:, :8])  # the first 8 targets see < 8 keys
+    assert not torch.allclose(windowed[:, 8:], plain[:, 8:])
+    with pytest.raises(ValueError, match="window_schemes"):
+        run_text_experiment(
+            config,
+            seeds=(0,),
+            schemes=("rope",),
+            window=8,
+            window_schemes=("alibi",),
+            splits=splits,
+        )
 
 
 def test_run_text_experiment_rejects_bad_input(splits):
@@ -350,34 +390,33 @@ def test_compare_a_hand_worked_example():
     result = _result_with({"a": [0.2, 0.4], "b": [0.0, 0.0], "c": [-0.1, 0.3]})
     worse = result.compare(("a", 16), ("b", 16))
     assert worse.per_seed == pytest.approx((0.2, 0.4))
-    # two seeds: the exact bootstrap interval is their range; every segment differs by
-    # the seed mean 0.3, so the interval over segments has zero width
-    assert (worse.seeds.low, worse.seeds.high) == pytest.approx((0.2, 0.4))
-    assert (worse.mean, worse.low, worse.high) == pytest.approx((0.3, 0.3, 0.3))
+    # two seeds: mean 0.3, s = 0.1414, s / sqrt(2) = 0.1, t(0.975, 1) = 12.706 (tables):
+    # 0.3 +- 1.2706
+    assert (worse.seeds.low, worse.seeds.high) == pytest.approx((0.3 - 1.27062, 0.3 + 1.27062))
     assert worse.ratio == pytest.approx(math.exp(0.3))
-    assert worse.greater
-    assert not worse.smaller
-    assert result.compare(("b", 16), ("a", 16)).smaller
-    # seeds that disagree in sign support no direction
-    mixed = result.compare(("c", 16), ("b", 16))
-    assert not mixed.greater
-    assert not mixed.smaller
-    assert str(worse).startswith("ratio 1.350 [1.350, 1.350] (seeds: 1.221, 1.492)")
+    assert (worse.low, worse.high) == pytest.approx(
+        (math.exp(0.3 - 1.27062), math.exp(0.3 + 1.27062))
+    )
+    assert not worse.greater  # two seeds that agree in sign: no direction at 95 %
+    assert str(worse) == "ratio 1.350 [0.379, 4.810], 2 of 2 seeds above 1"
     with pytest.raises(ValueError, match="undefined"):
         result.compare(("undefined", 16), ("b", 16))
 
 
-def test_compare_pairs_by_segment():
-    # per segment differences 0, 0, 0, 1 (the same in both seeds): mean 1/4, and the
-    # bootstrap over segments sees the spread that a pooled standard deviation would not
-    result = _result_with({"a": [0.0, 0.0], "b": [0.0, 0.0]})
-    for per_seed in result.losses["a"][16]:
-        per_seed[3] = 1.0
-    comparison = result.compare(("a", 16), ("b", 16), part="all")
-    assert comparison.mean == pytest.approx(0.25)
-    assert comparison.low == pytest.approx(0.0)
-    assert comparison.high == pytest.approx(0.75)
-    assert not comparison.greater
+def test_compare_supports_a_direction_only_with_enough_agreement():
+    steady = [0.10, 0.12, 0.11, 0.09, 0.13]  # mean 0.11, s = 0.0158
+    result = _result_with({"a": steady, "b": [0.0] * 5, "c": [0.1, -0.1, 0.2, -0.2, 0.05]})
+    result.seeds = (0, 1, 2, 3, 4)
+    up = result.compare(("a", 16), ("b", 16))
+    assert up.greater
+    assert not up.smaller
+    assert result.compare(("b", 16), ("a", 16)).smaller
+    # half-width t(0.975, 4) s / sqrt(5) = 2.7764 * 0.015811 / 2.2361 = 0.019632
+    assert up.seeds.high - up.seeds.mean == pytest.approx(0.019632, abs=1e-6)
+    mixed = result.compare(("c", 16), ("b", 16))
+    assert not mixed.greater
+    assert not mixed.smaller
+    assert (mixed.seeds.positive, mixed.seeds.negative) == (3, 2)
 
 
 def test_window_losses_of_a_slice_of_targets():

@@ -15,7 +15,8 @@ The pieces:
 * ``pecode.experiments.models``: :class:`TinyDecoder` (with a test-time attention
   window), :func:`with_rope_scaling` (a trained RoPE model read with long-context
   frequencies, the YaRN paper's ramp included), :func:`cpu_threads`;
-* ``pecode.experiments.stats``: the paired bootstrap interval of per-seed differences;
+* ``pecode.experiments.stats``: Student's t-interval of per-seed differences, and the
+  simulation that shows its coverage;
 * here: :class:`ExperimentConfig`, :func:`train`, :func:`evaluate`,
   :func:`evaluate_probes` and :func:`run_experiment`, the whole sweep (schemes x seeds x
   readings x lengths).
@@ -40,12 +41,19 @@ from pecode.experiments import tasks as _tasks
 from pecode.experiments.models import (
     FrequencyRotary,
     TinyDecoder,
+    attention_beyond,
     cpu_threads,
+    map_jobs,
     sliding_window_mask,
     with_rope_scaling,
     yarn_paper_frequencies,
 )
-from pecode.experiments.stats import PairedInterval, paired_bootstrap
+from pecode.experiments.stats import (
+    PairedInterval,
+    paired_bootstrap,
+    paired_t_interval,
+    simulated_coverage,
+)
 from pecode.experiments.tasks import (
     NeedleCopyBatch,
     delayed_copy_batch,
@@ -80,13 +88,17 @@ __all__ = [
     "PairedInterval",
     "Probes",
     "TinyDecoder",
+    "attention_beyond",
     "cpu_threads",
     "delayed_copy_batch",
     "evaluate",
     "evaluate_probes",
+    "map_jobs",
     "needle_copy_batch",
     "paired_bootstrap",
+    "paired_t_interval",
     "run_experiment",
+    "simulated_coverage",
     "sliding_window_mask",
     "train",
     "with_rope_scaling",
@@ -387,7 +399,7 @@ class ExperimentResult:
     copy accuracy by position at the longest length, ``needle_by_distance[name]`` the
     needle accuracy by distance there, both averaged over seeds (``None`` if undefined).
     ``names`` lists the models: the schemes, then ``rope+<reading>``, then
-    ``<scheme>+window``.
+    ``<scheme>+window``. ``models[scheme]`` holds the trained models, one per seed.
     """
 
     config: ExperimentConfig
@@ -397,6 +409,7 @@ class ExperimentResult:
     per_position: dict[str, Tensor | None] = field(default_factory=dict)
     needle_by_distance: dict[str, Tensor | None] = field(default_factory=dict)
     train_losses: dict[str, list[list[float]]] = field(default_factory=dict)
+    models: dict[str, list[TinyDecoder]] = field(default_factory=dict)
     window: int | None = None
 
     @property
@@ -434,7 +447,10 @@ class ExperimentResult:
         baseline_probe: str | None = None,
         confidence: float = 0.95,
     ) -> PairedInterval:
-        """The paired bootstrap interval of ``name`` minus ``baseline``, seed by seed.
+        """Student's t-interval of ``name`` minus ``baseline``, seed by seed.
+
+        Each seed's difference is scored on that seed's own test sets, so the interval
+        covers the spread of test sequences as well as that of training seeds.
 
         Both are read at ``length`` and ``probe`` unless ``baseline_length`` or
         ``baseline_probe`` says otherwise (the same model at two lengths, say).
@@ -448,7 +464,42 @@ class ExperimentResult:
         b = self.values(baseline, baseline_length, baseline_probe)
         if a is None or b is None:
             raise ValueError(f"{name} or {baseline} is not defined at the lengths asked for")
-        return paired_bootstrap([x - y for x, y in zip(a, b, strict=True)], confidence=confidence)
+        return paired_t_interval([x - y for x, y in zip(a, b, strict=True)], confidence=confidence)
+
+
+def _train_and_probe(
+    scheme: str,
+    seed: int,
+    config: ExperimentConfig,
+    rope_scalings: tuple[str, ...],
+    window: int | None,
+    eval_seed: int,
+) -> tuple[TinyDecoder, list[float], dict[str, dict[int, Probes | None]]]:
+    """One job of :func:`run_experiment`: train one model, probe every reading of it."""
+    model, losses = train(scheme, config, seed)
+    test_generator = torch.Generator().manual_seed(eval_seed + seed)
+    test_sets = {
+        length: config.batch(config.eval_sequences, length, test_generator)
+        for length in config.eval_lengths
+    }
+    variants: list[tuple[str, str | None, int | None]] = [(scheme, None, None)]
+    if scheme == "rope":
+        variants += [(f"rope+{kind}", kind, None) for kind in rope_scalings]
+    if window is not None:
+        variants.append((f"{scheme}+window", None, window))
+    probes: dict[str, dict[int, Probes | None]] = {}
+    for name, kind, masked in variants:
+        probes[name] = {}
+        for length, batch in test_sets.items():
+            if scheme == "learned" and length > config.train_length:
+                probes[name][length] = None  # no table rows: not defined
+                continue
+            evaluated = model
+            if kind is not None:
+                evaluated = with_rope_scaling(model, kind, length / config.train_length)
+            with cpu_threads(config.num_threads):
+                probes[name][length] = evaluate_probes(evaluated, batch, config, window=masked)
+    return model, losses, probes
 
 
 def run_experiment(
@@ -459,12 +510,14 @@ def run_experiment(
     rope_scalings: Sequence[str] = ROPE_SCALINGS,
     window: int | None = None,
     eval_seed: int = 12345,
-    on_step: Callable[[], None] | None = None,
+    workers: int = 1,
 ) -> ExperimentResult:
     """Train every scheme with every seed and evaluate each model at every test length.
 
-    The test sets (one per length, ``eval_sequences`` each, drawn from ``eval_seed``)
-    are shared by all models. A RoPE model is also evaluated with each of
+    Each seed has its own test sets (one per length, ``eval_sequences`` each, drawn
+    from ``eval_seed + seed``), shared by every model and reading of that seed: a
+    comparison is paired within a seed, and the spread over seeds includes the
+    sampling of test sequences. A RoPE model is also evaluated with each of
     ``rope_scalings`` at ``factor = length / train_length`` (factor 1 at the training
     length, where every scaling reduces to plain RoPE). With ``window``, every model is
     also evaluated with the keys ``window`` or more positions back masked
@@ -476,9 +529,9 @@ def run_experiment(
         schemes: a subset of ``SCHEMES``.
         rope_scalings: a subset of ``ROPE_READINGS`` (ignored without ``"rope"``).
         window: the test-time attention window, or ``None``.
-        eval_seed: seed of the test sets.
-        on_step: called after every training step (for a progress bar; the total is
-            ``len(schemes) * len(seeds) * config.steps``).
+        eval_seed: offset of the test sets' seeds.
+        workers: processes that train and evaluate the models (:func:`map_jobs`); the
+            result does not depend on it.
 
     Raises:
         ValueError: empty or repeated ``seeds``, unknown schemes or scalings, a window
@@ -487,6 +540,8 @@ def run_experiment(
     seeds = tuple(seeds)
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct and non-empty, got {seeds}")
+    for seed in seeds:
+        check_int("seed", seed, 0)
     for name in schemes:
         if name not in SCHEMES:
             raise ValueError(f"unknown scheme {name!r}; accepted: {list(SCHEMES)}")
@@ -495,11 +550,6 @@ def run_experiment(
             raise ValueError(f"unknown rope scaling {kind!r}; accepted: {list(ROPE_READINGS)}")
     if window is not None:
         check_int("window", window, 1)
-    test_generator = torch.Generator().manual_seed(eval_seed)
-    test_sets = {
-        length: config.batch(config.eval_sequences, length, test_generator)
-        for length in config.eval_lengths
-    }
     names = list(schemes)
     if "rope" in schemes:
         names += [f"rope+{kind}" for kind in rope_scalings]
@@ -513,33 +563,27 @@ def run_experiment(
     longest = max(config.eval_lengths)
     curves: dict[str, list[Tensor]] = {name: [] for name in names}
     needle_curves: dict[str, list[Tensor]] = {name: [] for name in names}
-    for scheme in schemes:
-        result.train_losses[scheme] = []
-        for seed in seeds:
-            model, losses = train(scheme, config, seed, on_step=on_step)
-            result.train_losses[scheme].append(losses)
-            variants: list[tuple[str, str | None, int | None]] = [(scheme, None, None)]
-            if scheme == "rope":
-                variants += [(f"rope+{kind}", kind, None) for kind in rope_scalings]
-            if window is not None:
-                variants.append((f"{scheme}+window", None, window))
-            for name, kind, masked in variants:
-                for length, batch in test_sets.items():
-                    if scheme == "learned" and length > config.train_length:
-                        for probe in PROBES:  # no table rows: not defined
-                            result.scores[probe][name][length] = None
-                        continue
-                    evaluated = model
-                    if kind is not None:
-                        evaluated = with_rope_scaling(model, kind, length / config.train_length)
-                    with cpu_threads(config.num_threads):
-                        probes = evaluate_probes(evaluated, batch, config, window=masked)
-                    result.scores["copy"][name][length].append(float(probes.copy.nanmean()))
-                    result.scores["near"][name][length].append(probes.near)
-                    result.scores["far"][name][length].append(probes.far)
-                    if length == longest:
-                        curves[name].append(probes.copy)
-                        needle_curves[name].append(probes.needle)
+    jobs = [
+        (scheme, seed, config, tuple(rope_scalings), window, eval_seed)
+        for scheme in schemes
+        for seed in seeds
+    ]
+    outcomes = map_jobs(_train_and_probe, jobs, workers)
+    for (scheme, *_), (model, losses, probes) in zip(jobs, outcomes, strict=True):
+        result.models.setdefault(scheme, []).append(model)
+        result.train_losses.setdefault(scheme, []).append(losses)
+        for name, by_length in probes.items():
+            for length, found in by_length.items():
+                if found is None:
+                    for probe in PROBES:
+                        result.scores[probe][name][length] = None
+                    continue
+                result.scores["copy"][name][length].append(float(found.copy.nanmean()))
+                result.scores["near"][name][length].append(found.near)
+                result.scores["far"][name][length].append(found.far)
+                if length == longest:
+                    curves[name].append(found.copy)
+                    needle_curves[name].append(found.needle)
     for name in names:
         result.per_position[name] = torch.stack(curves[name]).mean(0) if curves[name] else None
         result.needle_by_distance[name] = (

@@ -9,15 +9,21 @@
   is the authors' code's (linear in the pair index, ends rounded outwards);
 * :func:`with_rope_scaling`: the same trained RoPE model read with long-context
   frequencies, without retraining;
-* :func:`cpu_threads`: a fixed thread count, so that runs are repeatable.
+* :func:`attention_beyond`: how much attention each head puts on keys far back;
+* :func:`cpu_threads`: a fixed thread count, so that runs are repeatable, and
+  :func:`map_jobs`: independent training runs spread over worker processes, each with
+  that thread count, so that the results do not depend on how many workers ran them.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
+import multiprocessing
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -28,7 +34,7 @@ from pecode.alibi import ALiBi
 from pecode.attention import MultiHeadAttention, PositionScheme
 from pecode.relative import T5RelativePositionBias
 from pecode.rope import RotaryEmbedding, apply_rope, rope_cos_sin, rope_inv_freq
-from pecode.scaling import yarn_attention_factor
+from pecode.scaling import rope_frequencies, yarn_attention_factor
 
 __all__ = [
     "ROPE_READINGS",
@@ -36,7 +42,9 @@ __all__ = [
     "SCHEMES",
     "FrequencyRotary",
     "TinyDecoder",
+    "attention_beyond",
     "cpu_threads",
+    "map_jobs",
     "sliding_window_mask",
     "with_rope_scaling",
     "yarn_paper_frequencies",
@@ -49,9 +57,16 @@ ROPE_SCALINGS: tuple[str, ...] = ("linear", "ntk", "yarn")
 """Test-time RoPE scalings that are kinds of :mod:`pecode.scaling` (``"yarn"``: the
 authors' code's ramp, as in Hugging Face transformers)."""
 
-ROPE_READINGS: tuple[str, ...] = (*ROPE_SCALINGS, "yarn_paper")
-"""Every reading :func:`with_rope_scaling` accepts: ``ROPE_SCALINGS`` and
-``"yarn_paper"``, YaRN with the paper's ramp (:func:`yarn_paper_frequencies`)."""
+ROPE_READINGS: tuple[str, ...] = (
+    *ROPE_SCALINGS,
+    "yarn_paper",
+    "yarn_frequencies",
+    "yarn_temperature",
+)
+"""Every reading :func:`with_rope_scaling` accepts: ``ROPE_SCALINGS``; ``"yarn_paper"``,
+YaRN with the paper's ramp (:func:`yarn_paper_frequencies`); and YaRN's two parts
+apart: ``"yarn_frequencies"``, the code's ramp with attention factor 1, and
+``"yarn_temperature"``, the trained frequencies with YaRN's attention factor."""
 
 
 @contextmanager
@@ -250,7 +265,11 @@ def yarn_paper_frequencies(
     ``α`` times are divided by ``s``, and the ramp is linear in ``r`` in between. The
     authors' released code and Hugging Face transformers (pecode's ``"yarn"``) ramp
     linearly in the pair index instead, between indices rounded outwards
-    (:func:`pecode.scaling.yarn_correction_range`); the two agree outside the ramp.
+    (:func:`pecode.scaling.yarn_correction_range`). Inside the ramps the two differ.
+    Outside they agree only where the code's ends fall where the paper's do: the code
+    clips its low end to pair 0, so when even pair 0 turns fewer than ``beta`` times
+    (``L0 < 2π β``) the code still keeps pair 0 whole, while the paper divides part of
+    it (chapter 12 prints both at ``L0 = 32``).
 
     Shapes::
 
@@ -319,6 +338,30 @@ class FrequencyRotary(PositionScheme):
         return self._rotate(q, q_positions), self._rotate(k, k_positions)
 
 
+def _reading(old: RotaryEmbedding, kind: str, factor: float, train_length: int) -> PositionScheme:
+    """The position scheme of one layer of a RoPE model read with ``kind``."""
+    if kind == "yarn_paper":
+        inv_freq = yarn_paper_frequencies(old.head_dim, old.base, factor, train_length)
+        return FrequencyRotary(inv_freq, yarn_attention_factor(factor))
+    if kind == "yarn_frequencies":
+        inv_freq, _ = rope_frequencies(
+            "yarn",
+            old.head_dim,
+            old.base,
+            dtype=torch.float64,
+            factor=factor,
+            original_max_position_embeddings=train_length,
+        )
+        return FrequencyRotary(inv_freq, 1.0)
+    if kind == "yarn_temperature":
+        trained = rope_inv_freq(old.head_dim, old.base, dtype=torch.float64)
+        return FrequencyRotary(trained, yarn_attention_factor(factor))
+    params: dict[str, float | int] = {"factor": factor}
+    if kind == "yarn":
+        params["original_max_position_embeddings"] = train_length
+    return RotaryEmbedding(old.head_dim, base=old.base, scaling=kind, scaling_params=params)
+
+
 def with_rope_scaling(model: TinyDecoder, kind: str, factor: float) -> TinyDecoder:
     """A copy of a trained RoPE model whose rotations use long-context frequencies.
 
@@ -326,7 +369,9 @@ def with_rope_scaling(model: TinyDecoder, kind: str, factor: float) -> TinyDecod
     :class:`~pecode.rope.RotaryEmbedding` is replaced by one with ``scaling=kind`` and
     ``factor`` (``original_max_position_embeddings`` = the training length for YaRN);
     for ``"yarn_paper"``, by a :class:`FrequencyRotary` with
-    :func:`yarn_paper_frequencies` and YaRN's attention factor ``0.1 ln s + 1``. The
+    :func:`yarn_paper_frequencies` and YaRN's attention factor ``0.1 ln s + 1``; for
+    ``"yarn_frequencies"``, by the ``"yarn"`` frequencies with attention factor 1; for
+    ``"yarn_temperature"``, by the trained frequencies with YaRN's factor. The
     weights are untouched, nothing is retrained: the copy's ``state_dict`` equals the
     original's.
 
@@ -348,18 +393,91 @@ def with_rope_scaling(model: TinyDecoder, kind: str, factor: float) -> TinyDecod
         raise ValueError(f"unknown kind {kind!r}; accepted: {list(ROPE_READINGS)}")
     if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor >= 1:
         raise ValueError(f"factor must be a number >= 1, got {factor!r}")
-    params: dict[str, float | int] = {"factor": float(factor)}
-    if kind == "yarn":
-        params["original_max_position_embeddings"] = model.max_len
     scaled = copy.deepcopy(model)
     for block in scaled.blocks:
         old = block.attention.position
         assert isinstance(old, RotaryEmbedding)
-        if kind == "yarn_paper":
-            inv_freq = yarn_paper_frequencies(old.head_dim, old.base, float(factor), model.max_len)
-            block.attention.position = FrequencyRotary(inv_freq, yarn_attention_factor(factor))
-        else:
-            block.attention.position = RotaryEmbedding(
-                old.head_dim, base=old.base, scaling=kind, scaling_params=params
-            )
+        block.attention.position = _reading(old, kind, float(factor), model.max_len)
     return scaled
+
+
+@torch.no_grad()
+def attention_beyond(
+    model: TinyDecoder,
+    tokens: Tensor,
+    distance: int,
+    *,
+    window: int | None = None,
+    batch_size: int = 4,
+) -> Tensor:
+    """Share of each head's attention on keys ``distance`` or more positions back.
+
+    The attention probabilities of every layer (:meth:`MultiHeadAttention.attention_weights`
+    on the input the layer receives in the forward pass), summed over the keys at
+    ``j <= i - distance`` of each query ``i``, and averaged over the queries that have
+    such keys (``i >= distance``) and over the rows of ``tokens``.
+
+    Shapes::
+
+        tokens: [batch, seq] (seq > distance)    returns: [num_layers, num_heads] (float64)
+
+    Raises:
+        ValueError: ``distance`` is not a positive int below ``seq``.
+    """
+    length = tokens.shape[-1]
+    check_int("distance", distance, 1)
+    if distance >= length:
+        raise ValueError(f"distance={distance} must be below the input length {length}")
+    offsets = torch.arange(length)[:, None] - torch.arange(length)[None, :]  # i - j
+    far = (offsets >= distance).to(torch.float64)
+    totals = torch.zeros(
+        len(model.blocks), model.blocks[0].attention.num_heads, dtype=torch.float64
+    )
+    captured: list[Tensor] = []
+    hooks = [
+        block.attention.register_forward_hook(
+            lambda module, args, kwargs, output: captured.append(
+                module.attention_weights(args[0], causal=True, attn_mask=kwargs.get("attn_mask"))
+            ),
+            with_kwargs=True,
+        )
+        for block in model.blocks
+    ]
+    try:
+        for rows in tokens.split(batch_size):
+            captured.clear()
+            model(rows, window=window)
+            for layer, weights in enumerate(captured):  # [B, H, L, L]
+                mass = (weights.double() * far).sum(-1)[..., distance:]  # [B, H, L - distance]
+                totals[layer] += mass.mean(-1).sum(0)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return totals / tokens.shape[0]
+
+
+def _run_job(job: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
+    function, arguments = job
+    return function(*arguments)
+
+
+def map_jobs(
+    function: Callable[..., Any], jobs: Sequence[tuple[Any, ...]], workers: int = 1
+) -> list[Any]:
+    """``[function(*job) for job in jobs]``, spread over ``workers`` processes.
+
+    With ``workers=1`` the jobs run here, one after the other. Otherwise each runs in a
+    fresh process (the ``spawn`` start method: no state inherited from this one), so
+    ``function`` must be importable by name (defined at module level in a package) and
+    must fix its own seeds and thread count; the results, returned in job order, are
+    then the same whatever ``workers`` is.
+
+    Raises:
+        ValueError: ``workers`` is not a positive int.
+    """
+    check_int("workers", workers, 1)
+    if workers == 1 or len(jobs) <= 1:
+        return [function(*job) for job in jobs]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
+        return list(pool.map(_run_job, [(function, tuple(job)) for job in jobs]))

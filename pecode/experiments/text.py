@@ -12,17 +12,20 @@ the ALiBi paper, here on a laptop CPU.
   10% held out;
 * :func:`train_language_model`: a :class:`~pecode.experiments.TinyDecoder` trained on
   random windows of the training part;
-* :func:`held_out_windows` and :func:`nonoverlapping_losses`: the evaluation. The same
-  held-out segments are read in pieces of ``L``, ``2L``, ``4L`` characters, so every
-  input length scores the same targets. Two perplexities follow: over all targets (the
+* :func:`held_out_windows` and :func:`nonoverlapping_losses`: the evaluation. Each
+  seed draws its own held-out segments, and reads them in pieces of ``L``, ``2L``,
+  ``4L`` characters, so every input length and every model of that seed scores the
+  same targets. Two perplexities follow: over all targets (the
   paper's *nonoverlapping* evaluation, in which a longer input also means fewer
   targets with little context) and over the last ``tail`` targets of each segment,
   which every reading predicts from nearly a whole input of context (like the
   paper's sliding-window evaluation, its Appendix B);
 * :func:`run_text_experiment`: the sweep (schemes x seeds x lengths), the RoPE model
-  also read with linear interpolation, NTK-aware and YaRN frequencies;
-* :func:`bootstrap_mean_interval`: a percentile bootstrap interval over held-out
-  segments, for differences between two readings of the same targets.
+  also read with linear interpolation, NTK-aware and YaRN frequencies, and models read
+  with a test-time attention window;
+* :class:`Comparison`: two readings of the same targets, with Student's t-interval
+  over seeds of the per-seed log perplexity ratios. Since each seed has its own
+  segments, that spread holds both the training seed and the sampled text.
 
 Everything runs on the CPU with a fixed number of threads, like chapter 12's runs.
 """
@@ -45,7 +48,8 @@ from pecode.experiments import (
     PairedInterval,
     TinyDecoder,
     cpu_threads,
-    paired_bootstrap,
+    map_jobs,
+    paired_t_interval,
     with_rope_scaling,
 )
 from pecode.utils import set_seed
@@ -59,7 +63,6 @@ __all__ = [
     "CorpusSplits",
     "TextConfig",
     "TextResult",
-    "bootstrap_mean_interval",
     "corpus_splits",
     "held_out_windows",
     "load_corpus",
@@ -81,9 +84,10 @@ TEXT_SCHEMES: tuple[str, ...] = ("sinusoidal", "learned", "t5", "alibi", "rope")
 """The trained position schemes (of :data:`pecode.experiments.SCHEMES`)."""
 
 TEXT_VARIANTS: tuple[str, ...] = (*TEXT_SCHEMES, *(f"rope+{kind}" for kind in ROPE_READINGS))
-"""Every model read, the schemes first, then the RoPE model read with the long-context
-frequencies of :data:`pecode.experiments.ROPE_READINGS` (linear interpolation, NTK-aware,
-YaRN with the authors' code's ramp, YaRN with the paper's ramp)."""
+"""Every model :func:`run_text_experiment` reads by default: the schemes first, then the
+RoPE model read with each of :data:`pecode.experiments.ROPE_READINGS` (linear
+interpolation, NTK-aware, YaRN with the authors' code's ramp and with the paper's, YaRN's
+frequencies alone and its temperature alone)."""
 
 
 def load_corpus() -> str:
@@ -164,23 +168,35 @@ def random_windows(ids: Tensor, length: int, count: int, generator: torch.Genera
     return ids[starts[:, None] + torch.arange(length + 1)]
 
 
-def held_out_windows(ids: Tensor, length: int, count: int) -> Tensor:
-    """``count`` evaluation windows of ``length + 1`` consecutive ids, evenly spaced.
+def held_out_windows(
+    ids: Tensor, length: int, count: int, *, generator: torch.Generator | None = None
+) -> Tensor:
+    """``count`` evaluation windows of ``length + 1`` consecutive ids.
 
-    The windows end at ``count`` evenly spaced places of ``ids`` (the first one leaves
-    room for a whole window before it, the last one ends at the end of ``ids``); no
-    random numbers, so every model and every machine sees the same windows. Windows do
-    not overlap when ``ids`` holds at least ``count * (length + 1)`` ids.
+    Without ``generator`` the windows end at ``count`` evenly spaced places of ``ids``
+    (the first one leaves room for a whole window before it, the last one ends at the
+    end of ``ids``); they do not overlap when ``ids`` holds at least
+    ``count * (length + 1)`` ids. With ``generator``, ``ids`` is cut into
+    ``len(ids) // (length + 1)`` disjoint slots and ``count`` of them are drawn without
+    replacement (returned in the order of the text): a random sample of the held-out
+    text, different for each generator seed.
 
     Shapes::
 
         ids: [n]    returns: [count, length + 1]
 
     Raises:
-        ValueError: ``ids`` too short for ``count`` distinct windows.
+        ValueError: ``ids`` too short for ``count`` distinct (with ``generator``:
+            disjoint) windows.
     """
     check_int("length", length, 1)
     check_int("count", count, 1)
+    if generator is not None:
+        slots = ids.numel() // (length + 1)
+        if slots < count:
+            raise ValueError(f"ids has {ids.numel()} tokens, too few for {count} disjoint windows")
+        chosen = torch.randperm(slots, generator=generator)[:count].sort().values
+        return ids[chosen[:, None] * (length + 1) + torch.arange(length + 1)]
     first_end, last_end = length + 1, ids.numel()  # exclusive ends of the windows
     if last_end - first_end < count - 1:
         raise ValueError(f"ids has {ids.numel()} tokens, too few for {count} windows")
@@ -190,14 +206,19 @@ def held_out_windows(ids: Tensor, length: int, count: int) -> Tensor:
 
 @torch.no_grad()
 def position_losses(
-    model: Callable[[Tensor], Tensor], windows: Tensor, *, batch_size: int = 8
+    model: Callable[..., Tensor],
+    windows: Tensor,
+    *,
+    batch_size: int = 8,
+    window: int | None = None,
 ) -> Tensor:
     """Cross-entropy (nats) of every window at every position.
 
     Position ``p`` predicts ``windows[:, p + 1]`` from ``windows[:, : p + 1]``. The
     windows go through the model ``batch_size`` at a time: an additive bias (T5, ALiBi)
     makes attention build full ``[batch, heads, n, n]`` score matrices, and small
-    batches keep them in cache.
+    batches keep them in cache. With ``window``, the model is called as
+    ``model(inputs, window=window)`` (:meth:`TinyDecoder.forward`'s test-time window).
 
     Shapes::
 
@@ -212,13 +233,19 @@ def position_losses(
     check_int("batch_size", batch_size, 1)
     losses = []
     for chunk in windows.split(batch_size):
-        logits = model(chunk[:, :-1]).double()
+        inputs = chunk[:, :-1]
+        logits = (model(inputs) if window is None else model(inputs, window=window)).double()
         losses.append(F.cross_entropy(logits.transpose(1, 2), chunk[:, 1:], reduction="none"))
     return torch.cat(losses)
 
 
 def nonoverlapping_losses(
-    model: Callable[[Tensor], Tensor], windows: Tensor, chunk: int, *, batch_size: int = 8
+    model: Callable[..., Tensor],
+    windows: Tensor,
+    chunk: int,
+    *,
+    batch_size: int = 8,
+    window: int | None = None,
 ) -> Tensor:
     """Cross-entropy of every target of ``windows``, read ``chunk`` positions at a time.
 
@@ -228,7 +255,8 @@ def nonoverlapping_losses(
     A target at offset ``j`` inside its piece is predicted from ``j + 1`` tokens. The
     losses are put back in the order of the targets, so that readings with different
     ``chunk`` score the same targets and can be compared target by target; the last
-    piece of a window is the window's last ``chunk + 1`` ids.
+    piece of a window is the window's last ``chunk + 1`` ids. ``window`` is passed on
+    to :func:`position_losses`.
 
     Shapes::
 
@@ -245,37 +273,8 @@ def nonoverlapping_losses(
     if length % chunk:
         raise ValueError(f"chunk={chunk} must divide the window length {length}")
     pieces = windows.unfold(1, chunk + 1, chunk).reshape(-1, chunk + 1)
-    return position_losses(model, pieces, batch_size=batch_size).reshape(count, length)
-
-
-def bootstrap_mean_interval(
-    values: Tensor, *, resamples: int = 2000, level: float = 0.95, seed: int = 0
-) -> tuple[float, float, float]:
-    """The mean of ``values`` and a percentile bootstrap interval for it.
-
-    Resamples the entries of ``values`` with replacement (``resamples`` times, from a
-    generator seeded with ``seed``) and returns the mean and the ``(1 - level) / 2`` and
-    ``(1 + level) / 2`` quantiles of the resampled means.
-
-    Shapes::
-
-        values: [n]    returns: (mean, low, high)
-
-    Raises:
-        ValueError: ``values`` is not a non-empty 1-D tensor, or ``level`` not in (0, 1).
-    """
-    if not isinstance(values, Tensor) or values.dim() != 1 or values.numel() == 0:
-        raise ValueError("values must be a non-empty 1-D tensor")
-    check_int("resamples", resamples, 1)
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level!r}")
-    values = values.double()
-    generator = torch.Generator().manual_seed(seed)
-    picks = torch.randint(values.numel(), (resamples, values.numel()), generator=generator)
-    means = values[picks].mean(1)
-    tail = (1.0 - level) / 2
-    quantiles = torch.quantile(means, torch.tensor([tail, 1.0 - tail], dtype=torch.float64))
-    return float(values.mean()), float(quantiles[0]), float(quantiles[1])
+    losses = position_losses(model, pieces, batch_size=batch_size, window=window)
+    return losses.reshape(count, length)
 
 
 @dataclass(frozen=True)
@@ -295,9 +294,9 @@ class TextConfig:
         dim, num_heads, num_layers: model size.
         steps, batch_size, lr: AdamW steps, windows per step, peak learning rate
             (linear warm-up over the first tenth, then cosine decay to zero).
-        eval_windows: held-out segments, each as long as the longest input.
+        eval_windows: held-out segments per seed, each as long as the longest input.
         held_out_fraction: the last part of the corpus kept for evaluation.
-        num_threads: CPU threads for training and evaluation.
+        num_threads: CPU threads for training and evaluation, in each worker.
     """
 
     train_length: int = 256
@@ -411,45 +410,49 @@ def train_language_model(
 class Comparison:
     """Reading ``a`` against reading ``b`` on the same targets, in nats per character.
 
-    The difference is ``loss(a) - loss(b)`` per held-out segment and seed; its mean is
-    the log of the perplexity ratio ``a / b``. Two sources of spread are reported
-    separately, and a direction is *supported* only when both intervals exclude zero:
+    The difference is ``loss(a) - loss(b)`` averaged over the scored targets of one
+    seed's held-out segments: the log of that seed's perplexity ratio ``a / b``. Each
+    seed drew its own segments, so the spread over seeds holds both the training seed
+    and the sampled text.
 
     Attributes:
-        per_seed: the mean difference of each seed (over the segments).
-        seeds: the exact paired bootstrap interval over seeds of those means
-            (:func:`pecode.experiments.paired_bootstrap`).
-        mean, low, high: the mean over seeds and segments, and the percentile bootstrap
-            interval over segments of the seed-averaged difference
-            (:func:`bootstrap_mean_interval`): how much the held-out text sampled moves it.
+        per_seed: the mean difference of each seed.
+        seeds: Student's t-interval over seeds of those differences
+            (:func:`pecode.experiments.paired_t_interval`), with the sign count.
     """
 
     per_seed: tuple[float, ...]
     seeds: PairedInterval
-    mean: float
-    low: float
-    high: float
 
     @property
     def ratio(self) -> float:
-        """The perplexity ratio ``exp(mean)``."""
-        return math.exp(self.mean)
+        """The perplexity ratio ``exp(mean difference)``."""
+        return math.exp(self.seeds.mean)
+
+    @property
+    def low(self) -> float:
+        """The low end of the ratio's interval, ``exp(low)``."""
+        return math.exp(self.seeds.low)
+
+    @property
+    def high(self) -> float:
+        """The high end of the ratio's interval, ``exp(high)``."""
+        return math.exp(self.seeds.high)
 
     @property
     def greater(self) -> bool:
-        """``a`` has a higher loss than ``b``: both intervals lie above zero."""
-        return self.seeds.low > 0 and self.low > 0
+        """``a`` has a higher loss than ``b``: the interval lies above zero."""
+        return self.seeds.low > 0
 
     @property
     def smaller(self) -> bool:
-        """``a`` has a lower loss than ``b``: both intervals lie below zero."""
-        return self.seeds.high < 0 and self.high < 0
+        """``a`` has a lower loss than ``b``: the interval lies below zero."""
+        return self.seeds.high < 0
 
     def __str__(self) -> str:
-        seeds = ", ".join(f"{math.exp(d):.3f}" for d in self.per_seed)
         return (
-            f"ratio {self.ratio:.3f} [{math.exp(self.low):.3f}, {math.exp(self.high):.3f}]"
-            f" (seeds: {seeds})"
+            f"ratio {self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}], "
+            f"{self.seeds.positive} of {self.seeds.count} seeds above 1"
         )
 
 
@@ -458,10 +461,12 @@ class TextResult:
     """Per-target losses of every model read at every input length, one entry per seed.
 
     ``losses[name][n]`` is a list over seeds of ``[eval_windows, longest]`` float64
-    tensors: the cross-entropy of every target of the held-out segments, read in pieces
-    of ``n`` (:func:`nonoverlapping_losses`); ``None`` where the model is not defined at
-    that length (the learned table past ``L``). The RoPE readings ``rope+<kind>`` are
-    the RoPE models of the same seeds, read with ``factor = n / L``.
+    tensors: the cross-entropy of every target of that seed's held-out segments, read
+    in pieces of ``n`` (:func:`nonoverlapping_losses`); ``None`` where the model is not
+    defined at that length (the learned table past ``L``). The RoPE readings
+    ``rope+<kind>`` are the RoPE models of the same seeds, read with ``factor = n / L``;
+    ``<scheme>+window`` the models read with keys ``window`` or more back masked.
+    ``models[scheme]`` holds the trained models, one per seed (on the CPU, eval mode).
     """
 
     config: TextConfig
@@ -469,6 +474,8 @@ class TextResult:
     names: list[str] = field(default_factory=list)
     losses: dict[str, dict[int, list[Tensor] | None]] = field(default_factory=dict)
     train_losses: dict[str, list[list[float]]] = field(default_factory=dict)
+    models: dict[str, list[TinyDecoder]] = field(default_factory=dict)
+    window: int | None = None
 
     def window_losses(self, name: str, length: int, *, part: str | slice = "tail") -> Tensor | None:
         """Mean loss per held-out segment, ``[seeds, eval_windows]``; ``None`` if undefined.
@@ -524,9 +531,8 @@ class TextResult:
     ) -> Comparison:
         """Reading ``a = (name, length)`` against ``b`` on the same targets.
 
-        Both readings score the same targets of the same segments (every length does,
-        :func:`nonoverlapping_losses`), so the difference is paired by segment and by
-        seed.
+        Both readings score the same targets of the same segments of each seed (every
+        length does, :func:`nonoverlapping_losses`), so the difference is paired by seed.
 
         Raises:
             ValueError: a reading is not defined (the learned table past ``L``), fewer
@@ -535,10 +541,8 @@ class TextResult:
         losses = [self.window_losses(name, length, part=part) for name, length in (a, b)]
         if losses[0] is None or losses[1] is None:
             raise ValueError(f"{a if losses[0] is None else b} is not defined")
-        difference = losses[0] - losses[1]  # [seeds, segments]
-        per_seed = tuple(float(d) for d in difference.mean(1))
-        mean, low, high = bootstrap_mean_interval(difference.mean(0))
-        return Comparison(per_seed, paired_bootstrap(list(per_seed)), mean, low, high)
+        per_seed = tuple(float(d) for d in (losses[0] - losses[1]).mean(1))
+        return Comparison(per_seed, paired_t_interval(list(per_seed)))
 
     def per_position(self, name: str, length: int) -> Tensor | None:
         """Mean loss at each position ``0 .. n-1`` of an input of ``n = length``.
@@ -553,70 +557,128 @@ class TextResult:
         return stacked.reshape(-1, length).mean(0)
 
 
+def _train_and_read(
+    scheme: str,
+    seed: int,
+    config: TextConfig,
+    splits: CorpusSplits,
+    rope_readings: tuple[str, ...],
+    window: int | None,
+    eval_seed: int,
+) -> tuple[TinyDecoder, list[float], dict[str, dict[int, Tensor | None]]]:
+    """One job of :func:`run_text_experiment`: train one model, read it every way."""
+    model, train_losses = train_language_model(scheme, config, seed, splits)
+    longest = max(config.eval_lengths)
+    generator = torch.Generator().manual_seed(eval_seed + seed)
+    segments = held_out_windows(splits.test, longest, config.eval_windows, generator=generator)
+    variants: list[tuple[str, str | None, int | None]] = [(scheme, None, None)]
+    if scheme == "rope":
+        variants += [(f"rope+{kind}", kind, None) for kind in rope_readings]
+    if window is not None:
+        variants.append((f"{scheme}+window", None, window))
+    losses: dict[str, dict[int, Tensor | None]] = {}
+    for name, kind, masked in variants:
+        losses[name] = {}
+        for length in config.eval_lengths:
+            if scheme == "learned" and length > config.train_length:
+                losses[name][length] = None  # no table rows: not defined
+                continue
+            evaluated = model
+            if kind is not None:
+                evaluated = with_rope_scaling(model, kind, length / config.train_length)
+            with cpu_threads(config.num_threads):
+                losses[name][length] = nonoverlapping_losses(
+                    evaluated, segments, length, window=masked
+                )
+    return model, train_losses, losses
+
+
 def run_text_experiment(
     config: TextConfig,
     seeds: Sequence[int],
     *,
     schemes: Sequence[str] = TEXT_SCHEMES,
     rope_readings: Sequence[str] = ROPE_READINGS,
+    window: int | None = None,
+    window_schemes: Sequence[str] | None = None,
     splits: CorpusSplits | None = None,
-    on_step: Callable[[], None] | None = None,
+    eval_seed: int = 2022,
+    workers: int = 1,
 ) -> TextResult:
     """Train every scheme with every seed; read each model at every input length.
 
-    The held-out segments (:func:`held_out_windows`: ``eval_windows`` segments of the
-    longest length) are the same for every model and every length. Each RoPE model is
-    also read with every kind in ``rope_readings`` at ``factor = n / L`` (factor 1,
-    plain RoPE, at ``L``).
+    Each seed reads its own held-out segments (:func:`held_out_windows`:
+    ``eval_windows`` disjoint segments of the longest length drawn with the generator
+    seed ``eval_seed + seed``), the same for every model and every length of that seed.
+    Each RoPE model is also read with every kind in ``rope_readings`` at
+    ``factor = n / L`` (factor 1, plain RoPE, at ``L``). With ``window``, the models of
+    ``window_schemes`` (default: all) are also read with every key ``window`` or more
+    positions back masked (``<scheme>+window``).
 
     Args:
         config: model, budget and evaluation.
         seeds: the training seeds (distinct non-negative ints).
         schemes: a subset of :data:`TEXT_SCHEMES`.
         rope_readings: a subset of :data:`pecode.experiments.ROPE_READINGS`.
+        window: the test-time attention window, or ``None``.
+        window_schemes: the schemes read with it (a subset of ``schemes``).
         splits: the corpus (default: :func:`corpus_splits` of :func:`load_corpus`).
-        on_step: called after every training step (a progress bar's ``update``; the
-            total is ``len(schemes) * len(seeds) * config.steps``).
+        eval_seed: offset of the segments' generator seeds.
+        workers: processes that train and read the models
+            (:func:`pecode.experiments.map_jobs`); the result does not depend on it.
 
     Raises:
-        ValueError: empty or repeated ``seeds``, unknown schemes or readings.
+        ValueError: empty or repeated ``seeds``, unknown schemes or readings, a window
+            that is not a positive int.
     """
     seeds = tuple(seeds)
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct and non-empty, got {seeds}")
+    for seed in seeds:
+        check_int("seed", seed, 0)
     for name in schemes:
         if name not in TEXT_SCHEMES:
             raise ValueError(f"unknown scheme {name!r}; accepted: {list(TEXT_SCHEMES)}")
     for kind in rope_readings:
         if kind not in ROPE_READINGS:
             raise ValueError(f"unknown rope reading {kind!r}; accepted: {list(ROPE_READINGS)}")
+    windowed: tuple[str, ...] = ()
+    if window is not None:
+        check_int("window", window, 1)
+        windowed = tuple(schemes if window_schemes is None else window_schemes)
+        for name in windowed:
+            if name not in schemes:
+                raise ValueError(f"window_schemes holds {name!r}, which is not in schemes")
     if splits is None:
         splits = corpus_splits(load_corpus(), config.held_out_fraction)
-    longest = max(config.eval_lengths)
-    segments = held_out_windows(splits.test, longest, config.eval_windows)
     names = list(schemes)
     if "rope" in schemes:
         names += [f"rope+{kind}" for kind in rope_readings]
-    result = TextResult(config=config, seeds=seeds, names=names)
+    names += [f"{name}+window" for name in windowed]
+    result = TextResult(config=config, seeds=seeds, names=names, window=window)
     for name in names:
         result.losses[name] = {length: [] for length in config.eval_lengths}
-    for scheme in schemes:
-        result.train_losses[scheme] = []
-        for seed in seeds:
-            model, losses = train_language_model(scheme, config, seed, splits, on_step=on_step)
-            result.train_losses[scheme].append(losses)
-            variants = [(scheme, None)]
-            if scheme == "rope":
-                variants += [(f"rope+{kind}", kind) for kind in rope_readings]
-            for name, kind in variants:
-                for length in config.eval_lengths:
-                    if scheme == "learned" and length > config.train_length:
-                        result.losses[name][length] = None  # no table rows: not defined
-                        continue
-                    evaluated = model
-                    if kind is not None:
-                        evaluated = with_rope_scaling(model, kind, length / config.train_length)
-                    with cpu_threads(config.num_threads):
-                        losses_here = nonoverlapping_losses(evaluated, segments, length)
-                    result.losses[name][length].append(losses_here)
+    jobs = [
+        (
+            scheme,
+            seed,
+            config,
+            splits,
+            tuple(rope_readings),
+            window if scheme in windowed else None,
+            eval_seed,
+        )
+        for scheme in schemes
+        for seed in seeds
+    ]
+    outcomes = map_jobs(_train_and_read, jobs, workers)
+    for (scheme, *_), (model, train_losses, losses) in zip(jobs, outcomes, strict=True):
+        result.models.setdefault(scheme, []).append(model)
+        result.train_losses.setdefault(scheme, []).append(train_losses)
+        for name, by_length in losses.items():
+            for length, found in by_length.items():
+                if found is None:
+                    result.losses[name][length] = None
+                else:
+                    result.losses[name][length].append(found)
     return result
