@@ -327,26 +327,17 @@ def test_run_text_experiment_shapes_and_the_learned_table(splits):
 
 def test_workers_and_windows(splits):
     config = TextConfig(**{**TINY.__dict__, "steps": 3})
-    here = run_text_experiment(
-        config,
-        seeds=(0, 1),
-        schemes=("alibi", "rope"),
-        rope_readings=("yarn",),
-        window=8,
-        window_schemes=("rope",),
-        splits=splits,
-    )
+    sweep = {
+        "seeds": (0, 1),
+        "schemes": ("alibi", "rope"),
+        "rope_readings": ("yarn",),
+        "window": 8,
+        "window_schemes": ("rope",),
+        "splits": splits,
+    }
+    here = run_text_experiment(config, **sweep)
     assert here.names == ["alibi", "rope", "rope+yarn", "rope+window"]
-    spread = run_text_experiment(
-        config,
-        seeds=(0, 1),
-        schemes=("alibi", "rope"),
-        rope_readings=("yarn",),
-        window=8,
-        window_schemes=("rope",),
-        splits=splits,
-        workers=2,
-    )
+    spread = run_text_experiment(config, **sweep, workers=2)
     for name in here.names:  # two processes, each with one thread: the same numbers
         for length in (16, 32):
             for a, b in zip(here.losses[name][length], spread.losses[name][length], strict=True):

@@ -44,6 +44,7 @@ from pecode.experiments.models import (
     attention_beyond,
     cpu_threads,
     map_jobs,
+    readings,
     sliding_window_mask,
     with_rope_scaling,
     yarn_paper_frequencies,
@@ -482,13 +483,8 @@ def _train_and_probe(
         length: config.batch(config.eval_sequences, length, test_generator)
         for length in config.eval_lengths
     }
-    variants: list[tuple[str, str | None, int | None]] = [(scheme, None, None)]
-    if scheme == "rope":
-        variants += [(f"rope+{kind}", kind, None) for kind in rope_scalings]
-    if window is not None:
-        variants.append((f"{scheme}+window", None, window))
     probes: dict[str, dict[int, Probes | None]] = {}
-    for name, kind, masked in variants:
+    for name, kind, masked in readings(scheme, rope_scalings, window):
         probes[name] = {}
         for length, batch in test_sets.items():
             if scheme == "learned" and length > config.train_length:

@@ -456,6 +456,23 @@ def attention_beyond(
     return totals / tokens.shape[0]
 
 
+def readings(
+    scheme: str, rope_readings: Sequence[str], window: int | None
+) -> list[tuple[str, str | None, int | None]]:
+    """The ways a sweep reads one trained model: ``(name, rope reading, window)``.
+
+    The model as trained; a RoPE model also with each of ``rope_readings``
+    (``rope+<kind>``); with ``window``, also with that test-time window
+    (``<scheme>+window``).
+    """
+    found: list[tuple[str, str | None, int | None]] = [(scheme, None, None)]
+    if scheme == "rope":
+        found += [(f"rope+{kind}", kind, None) for kind in rope_readings]
+    if window is not None:
+        found.append((f"{scheme}+window", None, window))
+    return found
+
+
 def _run_job(job: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
     function, arguments = job
     return function(*arguments)

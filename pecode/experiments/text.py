@@ -52,6 +52,7 @@ from pecode.experiments import (
     paired_t_interval,
     with_rope_scaling,
 )
+from pecode.experiments.models import readings
 from pecode.utils import set_seed
 
 __all__ = [
@@ -571,13 +572,8 @@ def _train_and_read(
     longest = max(config.eval_lengths)
     generator = torch.Generator().manual_seed(eval_seed + seed)
     segments = held_out_windows(splits.test, longest, config.eval_windows, generator=generator)
-    variants: list[tuple[str, str | None, int | None]] = [(scheme, None, None)]
-    if scheme == "rope":
-        variants += [(f"rope+{kind}", kind, None) for kind in rope_readings]
-    if window is not None:
-        variants.append((f"{scheme}+window", None, window))
     losses: dict[str, dict[int, Tensor | None]] = {}
-    for name, kind, masked in variants:
+    for name, kind, masked in readings(scheme, rope_readings, window):
         losses[name] = {}
         for length in config.eval_lengths:
             if scheme == "learned" and length > config.train_length:
