@@ -54,6 +54,7 @@ from pecode.experiments.stats import (
     paired_bootstrap,
     paired_t_interval,
     simulated_coverage,
+    t_quantile,
 )
 from pecode.experiments.tasks import (
     NeedleCopyBatch,
@@ -101,6 +102,7 @@ __all__ = [
     "run_experiment",
     "simulated_coverage",
     "sliding_window_mask",
+    "t_quantile",
     "train",
     "with_rope_scaling",
     "yarn_paper_frequencies",

@@ -412,7 +412,8 @@ def attention_beyond(
 ) -> Tensor:
     """Share of each head's attention on keys ``distance`` or more positions back.
 
-    The attention probabilities of every layer (:meth:`MultiHeadAttention.attention_weights`
+    The attention probabilities of every layer
+    (:meth:`pecode.attention.MultiHeadAttention.attention_weights`
     on the input the layer receives in the forward pass), summed over the keys at
     ``j <= i - distance`` of each query ``i``, and averaged over the queries that have
     such keys (``i >= distance``) and over the rows of ``tokens``.

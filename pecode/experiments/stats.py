@@ -230,7 +230,8 @@ def paired_t_interval(differences: Sequence[float], *, confidence: float = 0.95)
 
     ``mean +- t_q * s / sqrt(n)`` with ``s`` the sample standard deviation
     (denominator ``n - 1``) and ``t_q`` the ``(1 + confidence) / 2`` quantile of
-    Student's t with ``n - 1`` degrees of freedom (:func:`t_quantile`). Exact coverage
+    Student's t with ``n - 1`` degrees of freedom
+    (:func:`pecode.experiments.t_quantile`). Exact coverage
     for normal differences at any ``n >= 2``; on skewed ones somewhat less
     (:func:`simulated_coverage`). When every difference is the same the interval is
     that single value.

@@ -219,7 +219,8 @@ def position_losses(
     windows go through the model ``batch_size`` at a time: an additive bias (T5, ALiBi)
     makes attention build full ``[batch, heads, n, n]`` score matrices, and small
     batches keep them in cache. With ``window``, the model is called as
-    ``model(inputs, window=window)`` (:meth:`TinyDecoder.forward`'s test-time window).
+    ``model(inputs, window=window)`` (the test-time window of
+    :meth:`pecode.experiments.TinyDecoder.forward`).
 
     Shapes::
 
