@@ -507,13 +507,13 @@ def test_config_rejects_bad_values():
 
 def test_run_experiment_marks_the_learned_table_undefined_past_its_length():
     config = ExperimentConfig(**{**TINY_NEEDLE.__dict__, "steps": 2})
-    result = run_experiment(
-        config,
-        seeds=(0, 1),
-        schemes=("learned", "rope"),
-        rope_scalings=ROPE_READINGS,
-        window=16,
-    )
+    sweep = {
+        "seeds": (0, 1),
+        "schemes": ("learned", "rope"),
+        "rope_scalings": ROPE_READINGS,
+        "window": 16,
+    }
+    result = run_experiment(config, **sweep)
     assert [len(result.models[name]) for name in ("learned", "rope")] == [2, 2]
     assert result.names == [
         "learned",
@@ -538,14 +538,7 @@ def test_run_experiment_marks_the_learned_table_undefined_past_its_length():
         assert result.accuracy[name][16] == result.accuracy["rope"][16], name
     assert result.paired("rope", "rope", 32).mean == 0.0
     # the same run on two worker processes gives the same numbers
-    spread = run_experiment(
-        config,
-        seeds=(0, 1),
-        schemes=("learned", "rope"),
-        rope_scalings=ROPE_READINGS,
-        window=16,
-        workers=2,
-    )
+    spread = run_experiment(config, **sweep, workers=2)
     assert repr(spread.scores) == repr(result.scores)  # NaN where no far needle: by text
     with pytest.raises(ValueError, match="not defined"):
         result.paired("learned", "rope", 32)
