@@ -5,13 +5,15 @@
 #   make gpu-wheels       (with network) the wheels that make test-gpu installs
 #   make test-gpu         (on a CUDA machine with PyTorch, no network needed) notebooks on the GPU
 #   make test-oldest      pecode's unit tests on the oldest versions pyproject.toml accepts
+#   make browser          (as root, with apt-get) Debian's chromium, for the browser tests
+#                         tests/test_browser_*.py; otherwise says why not (they skip)
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: book test test-other-cpu gpu-wheels test-gpu test-oldest execute lint clean
+.PHONY: book test test-other-cpu browser gpu-wheels test-gpu test-oldest execute lint clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.10 or newer is needed" if sys.version_info < (3, 10) else 0)'
@@ -34,6 +36,26 @@ test: $(STAMP)
 # machine that wrote them (tests/nbval_tolerance.py says how numbers are compared).
 test-other-cpu: $(STAMP)
 	ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 $(BIN)/python -m pytest notebooks
+
+# Headless Chromium for the browser tests (tests/test_browser_*.py), which open built pages
+# offline: MathJax (vendored by book/_ext/mathjax_offline.py) typesets them, search lists
+# chapters first, tables fit the column. .ci/run calls this first. It never fails: without root (or passwordless sudo), apt-get or a
+# reachable Debian mirror it says why, and those tests skip with their reason.
+BROWSER_APT := env DEBIAN_FRONTEND=noninteractive apt-get
+
+browser:
+	@if command -v chromium >/dev/null 2>&1; then \
+		echo "make browser: $$(command -v chromium) is installed"; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+		echo "make browser: skipped, no apt-get here (the browser tests will skip)"; \
+	else \
+		if [ "$$(id -u)" = 0 ]; then sudo=; \
+		elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo -n"; \
+		else echo "make browser: skipped, not root (the browser tests will skip)"; exit 0; fi; \
+		if $$sudo $(BROWSER_APT) update -qq && $$sudo $(BROWSER_APT) install -y -qq chromium; \
+		then echo "make browser: chromium installed"; \
+		else echo "make browser: apt-get could not install chromium (the browser tests will skip)"; fi; \
+	fi
 
 # The GPU run, for a CUDA machine that has PyTorch (and pytest, sympy, matplotlib,
 # hypothesis, numpy, tqdm) but no network. First, on a machine with network, fetch the
@@ -76,7 +98,7 @@ OLDEST_VENV := .venv-oldest
 OLDEST_TORCH_INDEX ?=
 OLDEST_PINS := numpy==1.24.4 sympy==1.13.3 matplotlib==3.7.0 tqdm==4.60.0 \
 	pytest==9.2.0 hypothesis==6.170.15 PyYAML==6.0.3
-BOOK_TESTS := book config evidence_links quoted_numbers style nbval_tolerance testref
+BOOK_TESTS := book browser_layout browser_math config evidence_links quoted_numbers style nbval_tolerance testref
 PACKAGE_TESTS := $(filter-out $(BOOK_TESTS:%=tests/test_%.py),$(wildcard tests/test_*.py))
 
 test-oldest:

@@ -253,7 +253,10 @@ class SinusoidalPositionalEncoding(nn.Module):
         return x * self.input_scale + encoding
 
     def extra_repr(self) -> str:
-        return f"dim={self.dim}, base={self.base}, rows={self.table.shape[0]}"
+        return (
+            f"dim={self.dim}, base={self.base}, rows={self.table.shape[0]}, "
+            f"input_scale={self.input_scale}"
+        )
 
 
 class LearnedPositionalEncoding(nn.Module):

@@ -428,6 +428,14 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(context_dim, kv_width, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
+    def extra_repr(self) -> str:
+        return (
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
+            f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
+            f"context_dim={self.context_dim}, bias={self.q_proj.bias is not None}, "
+            f"dropout={self.dropout}"
+        )
+
     def forward(
         self,
         x: Tensor,

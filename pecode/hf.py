@@ -524,6 +524,9 @@ class HFLlamaAttention(nn.Module):
         self.layer_idx = check_int("layer_idx", layer_idx, minimum=0)
         self.is_causal = True  # what transformers' attention functions read
 
+    def extra_repr(self) -> str:
+        return f"layer_idx={self.layer_idx}"
+
     def forward(
         self,
         hidden_states: Tensor,

@@ -932,3 +932,10 @@ class RotaryEmbedding(PositionScheme):
             self._rotate(q, q_positions, "q", "q_positions"),
             self._rotate(k, k_positions, "k", "k_positions"),
         )
+
+    def extra_repr(self) -> str:
+        return (
+            f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base}, "
+            f"layout={self.layout!r}, dtype={self.table_dtype}, scaling={self.scaling!r}, "
+            f"scaling_params={self.scaling_params}"
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -12,9 +13,17 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 REPOSITORY = CONFIG["repository"]["url"]
+
+# tools/colab_install_cell.py writes the notebooks' install guard; the tests compare with it
+_spec = importlib.util.spec_from_file_location(
+    "colab_install_cell", ROOT / "tools" / "colab_install_cell.py"
+)
+colab_install_cell = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(colab_install_cell)
 
 
 def toc_files(node) -> list[str]:
@@ -64,10 +73,23 @@ def test_notebook_install_cell_and_badge_use_the_config_url(path):
     nb = nbformat.read(path, as_version=4)
     setup = first_code_cell(nb)
     assert f'REPOSITORY = "{REPOSITORY}"' in setup
+    assert f'VERSION = "{PROJECT["version"]}"' in setup  # pyproject.toml's
     assert '"google.colab" in sys.modules' in setup
-    assert 'f"git+{REPOSITORY}"' in setup
+    # the tagged release, with what the notebooks import besides pecode
+    assert 'f"pecode[notebooks] @ git+{REPOSITORY}@v{VERSION}"' in setup
+    assert set(PROJECT["optional-dependencies"]) >= {"notebooks"}
+    # a failed pip shows its output and says what to do, instead of a bare traceback
+    assert "capture_output=True" in setup
+    assert "raise RuntimeError(" in setup
+    assert "check=True" not in setup
     for required in ("pecode.set_seed(", "device = pecode.device()"):
         assert required in setup, required
+    # the same guard in every notebook, written by tools/colab_install_cell.py
+    assert setup.startswith(colab_install_cell.guard(path.name) + "\n")
+    # the book hides the plumbing; its outputs are empty, so nothing is lost
+    cell = next(cell for cell in nb.cells if cell.cell_type == "code")
+    assert "hide-input" in cell.metadata.get("tags", [])
+    assert cell.outputs == []
     owner_repo = REPOSITORY.removeprefix("https://github.com/")
     badge = f"https://colab.research.google.com/github/{owner_repo}/blob/main/notebooks/{path.name}"
     assert badge in nb.cells[0].source
@@ -132,6 +154,7 @@ def test_requirements_are_exact_pins_with_the_required_packages():
         "hypothesis",
         "tqdm",
         "ipykernel",
+        "jupyterlab",  # the README's `.venv/bin/jupyter lab`
         "sphinxcontrib-bibtex",
         "ruff",
     ):
@@ -139,8 +162,8 @@ def test_requirements_are_exact_pins_with_the_required_packages():
 
 
 def test_pyproject_bounds_stay_loose():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    for requirement in project["dependencies"]:
+    extras = [r for extra in PROJECT["optional-dependencies"].values() for r in extra]
+    for requirement in PROJECT["dependencies"] + extras:
         assert "==" not in requirement, requirement
         assert ">=" in requirement, requirement
 

@@ -212,6 +212,14 @@ class TinyDecoder(nn.Module):
         self.norm = nn.LayerNorm(dim)
         self.readout = nn.Linear(dim, output_size)
 
+    def extra_repr(self) -> str:
+        attention = self.blocks[0].attention
+        return (
+            f"scheme={self.scheme!r}, vocab_size={self.vocab_size}, max_len={self.max_len}, "
+            f"dim={attention.embed_dim}, num_heads={attention.num_heads}, "
+            f"num_layers={len(self.blocks)}, output_size={self.readout.out_features}"
+        )
+
     def forward(self, tokens: Tensor, *, window: int | None = None) -> Tensor:
         """Logits for the targets at every position.
 
@@ -322,6 +330,9 @@ class FrequencyRotary(PositionScheme):
             raise ValueError(f"attention_factor must be positive, got {attention_factor}")
         self.inv_freq = inv_freq.detach().to(torch.float64).clone()
         self.attention_factor = float(attention_factor)
+
+    def extra_repr(self) -> str:
+        return f"head_dim={2 * self.inv_freq.numel()}, attention_factor={self.attention_factor}"
 
     def _rotate(self, x: Tensor, positions: Tensor) -> Tensor:
         cos, sin = rope_cos_sin(positions.cpu(), self.inv_freq)

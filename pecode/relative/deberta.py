@@ -305,6 +305,15 @@ class DebertaRelativePosition(PositionScheme):
         # (W_Q, W_K) of the layer, held without registering them a second time
         self._content_projections: tuple[nn.Linear, nn.Linear] | None = None
 
+    def extra_repr(self) -> str:
+        # pos_proj_bias and norm_rel_ebd show in the pos_*_proj and rel_norm submodules
+        return (
+            f"model_dim={self.model_dim}, num_heads={self.num_heads}, "
+            f"head_dim={self.head_dim}, max_distance={self.max_distance}, "
+            f"position_buckets={self.position_buckets}, share_att_key={self.share_att_key}, "
+            f"p2c_index={self.p2c_index!r}"
+        )
+
     def bind_content_projections(self, layer: MultiHeadAttention) -> None:
         """Use ``layer``'s ``q_proj`` and ``k_proj`` for ``P`` (``share_att_key=True``).
 

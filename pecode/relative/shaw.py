@@ -253,3 +253,9 @@ class ShawRelativePosition(PositionScheme):
         """
         term = shaw_value_term if self.memory_efficient else shaw_value_term_naive
         return term(weights, self.value_table, q_positions, k_positions, self.max_distance)
+
+    def extra_repr(self) -> str:
+        return (
+            f"head_dim={self.head_dim}, max_distance={self.max_distance}, "
+            f"memory_efficient={self.memory_efficient}"
+        )

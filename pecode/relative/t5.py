@@ -128,3 +128,10 @@ class T5RelativePositionBias(PositionScheme):
     def score_bias(self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         """The learned bias, independent of ``q`` and ``k``."""
         return self.position_bias(q_positions, k_positions)
+
+    def extra_repr(self) -> str:
+        return (
+            f"num_heads={self.num_heads}, bidirectional={self.bidirectional}, "
+            f"num_buckets={self.num_buckets}, max_distance={self.max_distance}, "
+            f"scale_logits={self.scale_logits}"
+        )

@@ -244,6 +244,12 @@ class TransformerXLRelativePosition(PositionScheme):
         self.u = nn.Parameter(torch.zeros(num_heads, head_dim))
         self.v = nn.Parameter(torch.zeros(num_heads, head_dim))
 
+    def extra_repr(self) -> str:
+        return (
+            f"model_dim={self.model_dim}, num_heads={self.num_heads}, "
+            f"head_dim={self.head_dim}, causal={self.causal}"
+        )
+
     def rel_keys(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
         """``W_{k,R} R_d`` for the distances of :func:`relative_distances`: ``[H, W, Dh]``.
 

@@ -1,0 +1,140 @@
+"""Every pecode module that holds settings shows them in its repr (``extra_repr``).
+
+Each case builds a module with settings other than the defaults and checks that the
+repr names each of them with the value the constructor was given, so a setting that is
+missing, misnamed or shows a default instead of the given value fails.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import pkgutil
+
+import pytest
+import torch
+from torch import nn
+
+import pecode
+from pecode.absolute import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from pecode.alibi import ALiBi
+from pecode.attention import ContentOnly, MultiHeadAttention
+from pecode.experiments.models import FrequencyRotary, TinyDecoder
+from pecode.hf import HFLlamaAttention
+from pecode.relative import (
+    DebertaRelativePosition,
+    ShawRelativePosition,
+    T5RelativePositionBias,
+    TransformerXLRelativePosition,
+)
+from pecode.rope import RotaryEmbedding
+
+# modules whose settings all live in their submodules, or that have none
+NO_SETTINGS_OF_THEIR_OWN = {"PositionScheme", "_Block"}
+
+
+def _cases() -> list[tuple[nn.Module, dict[str, object]]]:
+    """(module, the settings its repr must show as ``name=value``)."""
+    rope_settings = {
+        "head_dim": 16,
+        "base": 500.0,
+        "layout": "interleaved",
+        "rotary_dim": 8,
+        "dtype": torch.float64,
+        "scaling": "linear",
+        "scaling_params": {"factor": 2.0},
+    }
+    mha_settings = {
+        "num_kv_heads": 2,
+        "context_dim": 24,
+        "bias": False,
+        "dropout": 0.25,
+    }
+    t5_settings = {
+        "bidirectional": False,
+        "num_buckets": 16,
+        "max_distance": 64,
+        "scale_logits": True,
+    }
+    deberta_settings = {
+        "max_distance": 32,
+        "position_buckets": 16,
+        "share_att_key": True,
+        "p2c_index": "paper",
+    }
+    decoder_settings = {
+        "vocab_size": 11,
+        "max_len": 20,
+        "dim": 32,
+        "num_heads": 2,
+        "num_layers": 3,
+        "output_size": 5,
+    }
+    hf_layer = MultiHeadAttention(16, 2, position=RotaryEmbedding(8))
+    return [
+        (
+            SinusoidalPositionalEncoding(8, base=500.0, max_len=16, input_scale=2.0),
+            {"dim": 8, "base": 500.0, "rows": 16, "input_scale": 2.0},
+        ),
+        (LearnedPositionalEncoding(12, 8), {"max_len": 12, "dim": 8}),
+        (ALiBi(6, symmetric=True), {"num_heads": 6, "symmetric": True}),
+        (ContentOnly(logit_scale=0.5), {"logit_scale": 0.5}),
+        (
+            MultiHeadAttention(32, 8, **mha_settings),
+            {"embed_dim": 32, "num_heads": 8, "head_dim": 4, **mha_settings},
+        ),
+        (RotaryEmbedding(**rope_settings), rope_settings),
+        (T5RelativePositionBias(3, **t5_settings), {"num_heads": 3, **t5_settings}),
+        (
+            ShawRelativePosition(8, 5, memory_efficient=False),
+            {"head_dim": 8, "max_distance": 5, "memory_efficient": False},
+        ),
+        (
+            TransformerXLRelativePosition(16, 2, 8, causal=True),
+            {"model_dim": 16, "num_heads": 2, "head_dim": 8, "causal": True},
+        ),
+        (
+            DebertaRelativePosition(16, 2, 8, **deberta_settings),
+            {"model_dim": 16, "num_heads": 2, "head_dim": 8, **deberta_settings},
+        ),
+        (HFLlamaAttention(hf_layer, 3), {"layer_idx": 3}),
+        (TinyDecoder("alibi", **decoder_settings), {"scheme": "alibi", **decoder_settings}),
+        (FrequencyRotary(torch.ones(6), 1.5), {"head_dim": 12, "attention_factor": 1.5}),
+    ]
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize(("module", "settings"), CASES, ids=lambda c: type(c).__name__)
+def test_repr_shows_the_settings_given(module, settings):
+    shown = module.extra_repr()
+    for name, value in settings.items():
+        assert f"{name}={value!r}" in shown, f"{name}={value!r} not in {shown!r}"
+    assert shown in repr(module)  # what print(module) shows
+    assert "tensor(" not in shown  # settings, not weights or buffers
+
+
+def _pecode_modules() -> set[type[nn.Module]]:
+    """Every nn.Module subclass defined in pecode."""
+    found: set[type[nn.Module]] = set()
+    for info in pkgutil.walk_packages(pecode.__path__, "pecode."):
+        if info.name == "pecode.rope_triton" and importlib.util.find_spec("triton") is None:
+            continue  # the CUDA kernel's module needs Triton (not in make test-oldest)
+        module = importlib.import_module(info.name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, nn.Module) and cls.__module__.startswith("pecode"):
+                found.add(cls)
+    return found
+
+
+def test_every_pecode_module_with_settings_has_a_case():
+    tested = {type(module) for module, _ in CASES}
+    found = _pecode_modules()
+    assert tested <= found
+    for cls in found:
+        if cls.__name__ in NO_SETTINGS_OF_THEIR_OWN:
+            continue
+        assert "extra_repr" in vars(cls), f"{cls.__qualname__} has no extra_repr"
+        assert cls in tested, f"{cls.__qualname__} has no case in tests/test_reprs.py"
