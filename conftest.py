@@ -110,3 +110,29 @@ def book_html(chromium, request) -> Path:
     if not (build.html / "index.html").exists():
         pytest.fail("no built pages (tests/test_book.py shows why)\n" + build.output)
     return build.html
+
+
+# Where the time goes: seconds per file (setup, call and teardown of its tests or cells),
+# printed at the end of every run, notebooks first, so that the suite's time budget can be
+# watched as chapters are added.
+_SECONDS_PER_FILE: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    file = report.nodeid.split("::", 1)[0]
+    _SECONDS_PER_FILE[file] = _SECONDS_PER_FILE.get(file, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _SECONDS_PER_FILE:
+        return
+    notebooks = {f: s for f, s in _SECONDS_PER_FILE.items() if f.endswith(".ipynb")}
+    others = {f: s for f, s in _SECONDS_PER_FILE.items() if f not in notebooks}
+    terminalreporter.section("seconds per file")
+    for title, files in (("notebooks", notebooks), ("slowest test files", others)):
+        if not files:
+            continue
+        terminalreporter.write_line(f"{title} (total {sum(files.values()):.0f} s):")
+        ranked = sorted(files.items(), key=lambda item: -item[1])
+        for file, seconds in ranked[: len(ranked) if title == "notebooks" else 10]:
+            terminalreporter.write_line(f"  {seconds:8.1f} s  {file}")
