@@ -46,8 +46,7 @@ if "google.colab" in sys.modules:  # on Colab: install that release of pecode
 """
 
 # 09b runs transformers' Llama, at the release pecode.hf is tested with (requirements.txt)
-TRANSFORMERS = '    packages += ["transformers==5.23.0"]  # pecode.hf is tested with it\n'
-EXTRA_PACKAGES = {"09b_pecode_in_hf_models.ipynb": TRANSFORMERS}
+TRANSFORMERS = '    packages += ["transformers=={pin}"]  # pecode.hf is tested with it\n'
 
 
 def repository() -> str:
@@ -60,9 +59,20 @@ def version() -> str:
     return pyproject["project"]["version"]
 
 
+def pinned(package: str) -> str:
+    """The version ``requirements.txt`` pins ``package`` to."""
+    for line in (ROOT / "requirements.txt").read_text(encoding="utf-8").splitlines():
+        name, _, pin = line.partition("==")
+        if pin and name.strip().lower() == package:
+            return pin.strip()
+    raise LookupError(f"requirements.txt pins no {package}")
+
+
 def guard(notebook_name: str) -> str:
     """The guard that the first code cell of ``notebook_name`` starts with."""
-    extra = EXTRA_PACKAGES.get(notebook_name, "")
+    extra = ""
+    if notebook_name == "09b_pecode_in_hf_models.ipynb":
+        extra = TRANSFORMERS.format(pin=pinned("transformers"))
     return GUARD.format(repository=repository(), version=version(), extra=extra)
 
 
