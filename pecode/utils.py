@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import os
 import random
 import textwrap
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -70,44 +72,124 @@ def set_seed(seed: int) -> torch.Generator:
 class SourceListing:
     """The source code of a pecode object, displayed as a highlighted listing.
 
-    Jupyter shows it as a Markdown code block; its plain-text form is the code
-    itself, so nbval compares the listing the book shows with the package's code.
+    Jupyter shows it as a Markdown code block, followed, when the listing leaves
+    something out, by the full source in a collapsed dropdown. Its plain-text form is
+    the code shown, so nbval compares the listing the book shows with the package's code.
     """
 
-    def __init__(self, qualified_name: str, source: str) -> None:
+    def __init__(self, qualified_name: str, source: str, full_source: str | None = None) -> None:
         self.qualified_name = qualified_name
         self.source = source
+        self.full_source = source if full_source is None else full_source
 
     def __repr__(self) -> str:
         return f"# {self.qualified_name}\n{self.source}"
 
     def _repr_markdown_(self) -> str:
-        return f"`{self.qualified_name}`\n\n```python\n{self.source}\n```\n"
+        shown = f"`{self.qualified_name}`\n\n```python\n{self.source}\n```\n"
+        if self.full_source == self.source:
+            return shown
+        return (
+            f"{shown}\n:::{{dropdown}} Full source of `{self.qualified_name}`, with docstrings\n"
+            f"```python\n{self.full_source}\n```\n:::\n"
+        )
 
 
-def show_source(obj: Any) -> SourceListing:
+def show_source(
+    obj: Any, *, members: Sequence[str] | None = None, docstrings: bool = False
+) -> SourceListing:
     """Show the source of a pecode function, class or method in a notebook.
 
     The book never copies code into its pages: it shows the package's own source,
-    so the two cannot drift apart.
+    so the two cannot drift apart. A listing shows the code that carries the idea:
+    docstrings are left out unless asked for, a class may be shown by a few of its
+    methods, and the full source is one click away (a collapsed dropdown).
 
     Args:
         obj: a function, class, method or module defined in pecode.
+        members: for a class, the names of the methods to show, in this order,
+            under the class statement; ``None`` shows the whole class.
+        docstrings: keep the docstrings in the listing.
 
     Returns:
         A :class:`SourceListing` that Jupyter renders as a Python code block.
 
     Raises:
         TypeError: ``obj`` has no Python source (a builtin, an instance) or is not
-            part of pecode.
+            part of pecode, or ``members`` is given for something other than a class.
+        ValueError: ``members`` is empty or names no method defined in the class body.
     """
     module = inspect.getmodule(obj)
     if module is None or not module.__name__.startswith("pecode"):
         raise TypeError(f"obj must be defined in pecode, got {obj!r}")
     try:
-        source = inspect.getsource(obj)
+        full = textwrap.dedent(inspect.getsource(obj)).rstrip("\n")
     except (TypeError, OSError) as err:
         raise TypeError(f"obj has no source code to show: {obj!r}") from err
     name = getattr(obj, "__qualname__", getattr(obj, "__name__", repr(obj)))
     qualified = name if inspect.ismodule(obj) else f"{module.__name__}.{name}"
-    return SourceListing(qualified, textwrap.dedent(source).rstrip("\n"))
+    shown = full
+    if members is not None:
+        if not inspect.isclass(obj):
+            raise TypeError(f"members is for a class, got {qualified}")
+        shown = _class_with_members(full, members, qualified)
+    if not docstrings:
+        shown = _without_docstrings(shown)
+    return SourceListing(qualified, shown, full)
+
+
+def _class_with_members(source: str, members: Sequence[str], qualified: str) -> str:
+    """The class statement of ``source`` and the methods named in ``members``."""
+    if isinstance(members, str) or not members:
+        raise ValueError(f"members must be a non-empty list of method names, got {members!r}")
+    lines = source.splitlines()
+    cls = ast.parse(source).body[0]
+    assert isinstance(cls, ast.ClassDef)  # getsource of a class starts with it
+    methods = {
+        node.name: node
+        for node in cls.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+    missing = [member for member in members if member not in methods]
+    if missing:
+        raise ValueError(f"members {missing} are not methods defined in {qualified}")
+    first = cls.body[0]
+    header = lines[: first.lineno - 1]
+    if _docstring(cls) is not None:  # the class docstring stays with the class statement
+        header = lines[: first.end_lineno]
+    indent = " " * first.col_offset
+    parts = ["\n".join([*header, f"{indent}# ... (other members: see the full source)"])]
+    for member in members:
+        node = methods[member]
+        start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        parts.append("\n".join(lines[start - 1 : node.end_lineno]))
+    return "\n\n".join(parts)
+
+
+def _docstring(node: ast.AST) -> ast.Expr | None:
+    """The docstring statement of a module, class or function node, if it has one."""
+    if not isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+        return None
+    body = node.body
+    if not body or not isinstance(body[0], ast.Expr):
+        return None
+    value = body[0].value
+    return body[0] if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
+
+
+def _without_docstrings(source: str) -> str:
+    """``source`` with the lines of every docstring removed (``...`` where one was a body)."""
+    lines = source.splitlines()
+    replace: dict[int, str | None] = {}  # 0-based line -> None (drop) or a new line
+    for node in ast.walk(ast.parse(source)):
+        doc = _docstring(node)
+        if doc is None:
+            continue
+        for line in range(doc.lineno - 1, doc.end_lineno):
+            replace[line] = None
+        if doc.end_lineno < len(lines) and not lines[doc.end_lineno].strip():
+            replace[doc.end_lineno] = None  # the blank line that set the docstring apart
+        if len(node.body) == 1:  # the docstring was the whole body: keep it valid Python
+            replace[doc.lineno - 1] = " " * doc.col_offset + "..."
+    kept = [replace.get(i, line) for i, line in enumerate(lines)]
+    return "\n".join(line for line in kept if line is not None)

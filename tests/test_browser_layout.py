@@ -51,11 +51,13 @@ def test_without_the_books_scorer_a_test_page_outranks_a_chapter(chromium, book_
     assert not all(link.startswith(CHECKS) for link in links[first:]), links
 
 
-# -- tables fit the text column --------------------------------------------------------------
+# -- tables and code fit the text column ------------------------------------------------------
 
-# One page (served from memory) opens every page with a table in a 1280-px-wide frame, waits
-# for its math, and measures how far each table sticks out of its box: pydata wraps tables
-# in a container that scrolls sideways, so a wider table hides its last columns.
+# One page (served from memory) opens every page of the book's text in a 1280-px-wide frame,
+# waits for its math, opens every collapsed block (hidden cells, solutions, full sources),
+# and measures how far each table and each code or output block sticks out of its box:
+# pydata wraps tables in a container that scrolls sideways, and a <pre> scrolls too, so a
+# wider one hides its end.
 MEASURE_ALL = """<!DOCTYPE html><html><body><script>
 async function measure(page) {
   const frame = document.createElement("iframe");
@@ -66,16 +68,30 @@ async function measure(page) {
   await loaded;
   const win = frame.contentWindow, doc = frame.contentDocument;
   if (win.MathJax && win.MathJax.startup) { await win.MathJax.startup.promise; }
+  for (const details of doc.querySelectorAll("details")) { details.open = true; }
+  for (const hidden of doc.querySelectorAll(".toggle-hidden, .toggle-details__container")) {
+    hidden.classList.remove("toggle-hidden");
+  }
   const column = doc.querySelector("article.bd-article");
-  const tables = [];
+  const tables = [], pres = [];
   for (const table of column.querySelectorAll("table")) {
     const box = table.parentElement.clientWidth;
     const over = Math.round(table.getBoundingClientRect().width - box);
     if (over > 1) { tables.push({over: over, box: box, starts: table.innerText.slice(0, 80)}); }
   }
+  let shown = 0;
+  for (const pre of column.querySelectorAll("pre")) {
+    if (pre.clientWidth === 0) { continue; }  // still not displayed
+    shown += 1;
+    const over = pre.scrollWidth - pre.clientWidth;
+    if (over > 1) {
+      pres.push({over: over, box: pre.clientWidth, starts: pre.innerText.slice(0, 80)});
+    }
+  }
   const width = column.getBoundingClientRect().width;
+  const all = column.querySelectorAll("pre").length;
   frame.remove();
-  return {page: page, column: width, tables: tables};
+  return {page: page, column: width, tables: tables, pres: pres, shown: shown, all: all};
 }
 window.addEventListener("load", async () => {
   const results = [];
@@ -83,22 +99,20 @@ window.addEventListener("load", async () => {
   document.body.setAttribute("data-measured", JSON.stringify(results));
 });
 </script></body></html>"""
-PAGE = "/measure-tables.html"
+PAGE = "/measure-layout.html"
 
 
-def pages_with_tables(html: Path) -> list[str]:
-    """Every page of the book's text with a table (the generated test pages aside)."""
+def text_pages(html: Path) -> list[str]:
+    """Every page of the book's text: chapters, verdicts, source tables (not the test pages)."""
     found = []
     for file in sorted(html.glob("*/*.html")):
         page = file.relative_to(html).as_posix()
-        if page.startswith(("notebooks/", "book/")) and '<table class="table"' in file.read_text(
-            encoding="utf-8"
-        ):
+        if page.startswith(("notebooks/", "book/")) and not page.startswith("book/checks/"):
             found.append(page)
     return found
 
 
-def measure_tables(chromium, html: Path, pages: list[str], profile, css_refused=False):
+def measure_layout(chromium, html: Path, pages: list[str], profile, css_refused=False):
     source = MEASURE_ALL.replace("PAGES", json.dumps(["/" + page for page in pages]))
     soup, _ = open_page(
         chromium,
@@ -113,20 +127,36 @@ def measure_tables(chromium, html: Path, pages: list[str], profile, css_refused=
     return json.loads(measured)
 
 
+@pytest.fixture(scope="module")
+def measured(chromium, book_html, tmp_path_factory):
+    pages = text_pages(book_html)
+    results = measure_layout(chromium, book_html, pages, tmp_path_factory.mktemp("profile"))
+    assert [m["page"] for m in results] == ["/" + page for page in pages]
+    return results
+
+
 @pytest.mark.book
-def test_every_table_fits_the_text_column(chromium, book_html, tmp_path):
-    pages = pages_with_tables(book_html)
-    assert "book/source_tables.html" in pages, pages
-    assert len(pages) > 10, pages
-    measured = measure_tables(chromium, book_html, pages, tmp_path / "profile")
-    assert [m["page"] for m in measured] == ["/" + page for page in pages]
+def test_every_table_fits_the_text_column(measured):
+    pages = [m["page"] for m in measured]
+    assert "/book/source_tables.html" in pages, pages
+    assert "/book/which_encoding.html" in pages, pages
     assert all(m["column"] > 500 for m in measured), measured  # the wide layout, not the narrow
     assert not [m for m in measured if m["tables"]]
 
 
 @pytest.mark.book
-def test_without_the_books_css_tables_are_too_wide(chromium, book_html, tmp_path):
-    """The check above can fail: without book.css, long test names and code do not break."""
+def test_every_code_and_output_block_fits_the_text_column(measured):
+    """Listings (up to 100 columns), notebook code (80) and printed output, all opened."""
+    assert sum(m["shown"] for m in measured) > 500
+    assert all(m["shown"] == m["all"] for m in measured), "a block stayed collapsed"
+    wide = [(m["page"], pre) for m in measured for pre in m["pres"]]
+    assert not wide, "\n".join(f"{page}: {pre}" for page, pre in wide)
+
+
+@pytest.mark.book
+def test_without_the_books_css_tables_and_code_are_too_wide(chromium, book_html, tmp_path):
+    """The checks above can fail: without book.css, long test names, code and output do not fit."""
     pages = ["book/source_tables.html", "notebooks/09_rope_in_practice.html"]
-    measured = measure_tables(chromium, book_html, pages, tmp_path / "profile", css_refused=True)
+    measured = measure_layout(chromium, book_html, pages, tmp_path / "profile", css_refused=True)
     assert all(m["tables"] for m in measured), measured
+    assert measured[1]["pres"], measured

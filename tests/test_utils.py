@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import inspect
 import random
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +15,31 @@ import torch
 
 import pecode
 from pecode import attention
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location(
+    "refresh_listings", ROOT / "tools" / "refresh_listings.py"
+)
+refresh_listings = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(refresh_listings)
+
+
+def listings_in_notebooks():
+    """(notebook, call, listing, listing with docstrings) of every `show_source` cell."""
+    found = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = refresh_listings.nbformat.read(path, as_version=4)
+        namespace = None
+        for cell in nb.cells:
+            calls = (
+                refresh_listings.listing_calls(cell.source) if cell.cell_type == "code" else None
+            )
+            for call, _ in calls or ():
+                namespace = namespace or refresh_listings.imports_of(nb)
+                listing = refresh_listings.render(call, namespace)
+                with_docs = refresh_listings.render(call, namespace, docstrings=True)
+                found.append((path.stem, ast.unparse(call), listing, with_docs))
+    return found
 
 
 def test_device_is_cuda_exactly_when_available(monkeypatch):
@@ -52,12 +81,13 @@ def test_set_seed_rejects_bad_seeds(seed, error):
         pecode.set_seed(seed)
 
 
-def test_show_source_is_the_package_source():
-    listing = pecode.show_source(attention.causal_mask)
+def test_show_source_with_docstrings_is_the_package_source():
+    listing = pecode.show_source(attention.causal_mask, docstrings=True)
     assert listing.source == inspect.getsource(attention.causal_mask).rstrip("\n")
+    assert listing.full_source == listing.source
     assert listing.qualified_name == "pecode.attention.causal_mask"
     markdown = listing._repr_markdown_()
-    assert markdown.count("```") == 2
+    assert markdown.count("```") == 2  # nothing left out: no full-source dropdown
     assert "def causal_mask(" in markdown
     assert repr(listing).startswith("# pecode.attention.causal_mask\ndef causal_mask(")
 
@@ -66,6 +96,104 @@ def test_show_source_dedents_methods():
     listing = pecode.show_source(attention.MultiHeadAttention.forward)
     assert listing.source.startswith("def forward(")
     assert listing.qualified_name == "pecode.attention.MultiHeadAttention.forward"
+
+
+def test_a_shortened_listing_has_the_full_source_in_a_dropdown():
+    listing = pecode.show_source(attention.causal_mask)
+    assert '"""' not in listing.source
+    assert listing.full_source == inspect.getsource(attention.causal_mask).rstrip("\n")
+    markdown = listing._repr_markdown_()
+    shown, dropdown = markdown.split(":::{dropdown}")
+    assert listing.source in shown
+    assert listing.full_source in dropdown
+    assert dropdown.rstrip().endswith(":::")
+
+
+class _DropDocstrings(ast.NodeTransformer):
+    """An independent docstring remover, on the syntax tree rather than on lines."""
+
+    def _strip(self, node):
+        self.generic_visit(node)
+        body = node.body
+        first = body[0].value if body and isinstance(body[0], ast.Expr) else None
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            node.body = body[1:] or [ast.Expr(ast.Constant(Ellipsis))]
+        return node
+
+    visit_Module = visit_ClassDef = visit_FunctionDef = visit_AsyncFunctionDef = _strip
+
+
+def _tree(source: str, strip: bool = False) -> str:
+    tree = ast.parse(source)
+    return ast.dump(_DropDocstrings().visit(tree) if strip else tree)
+
+
+LISTINGS = listings_in_notebooks()
+
+
+IDS = [f"{notebook}: {call}" for notebook, call, _, _ in LISTINGS]
+
+
+@pytest.mark.parametrize(("notebook", "call", "listing", "with_docs"), LISTINGS, ids=IDS)
+def test_every_listing_of_the_book_is_its_source_without_docstrings(
+    notebook, call, listing, with_docs
+):
+    """Compared on the syntax tree: no line of code lost with a docstring, nothing added."""
+    assert _tree(listing.source) == _tree(with_docs.source, strip=True)
+    assert '"""' not in listing.source
+    if "members=" not in call:
+        assert with_docs.source == listing.full_source
+
+
+@pytest.mark.parametrize(("notebook", "call", "listing", "with_docs"), LISTINGS, ids=IDS)
+def test_every_listing_of_the_book_is_at_most_40_lines(notebook, call, listing, with_docs):
+    """A listing shows the code that carries the idea; the rest is one click away."""
+    assert len(listing.source.splitlines()) <= 40, f"{notebook}: {call}"
+
+
+def test_the_book_has_listings():
+    assert len(LISTINGS) > 30
+    assert any("members=" in call for _, call, _, _ in LISTINGS)
+
+
+def test_the_syntax_tree_comparison_notices_a_lost_line():
+    """The check above can fail: one code line dropped with a docstring changes the tree."""
+    listing = pecode.show_source(attention.causal_mask)
+    lines = listing.source.splitlines()
+    shorter = "\n".join(lines[:-2] + lines[-1:])
+    assert _tree(shorter) != _tree(listing.full_source, strip=True)
+
+
+def test_members_show_the_class_statement_and_those_methods():
+    from pecode.rope import RotaryEmbedding
+
+    listing = pecode.show_source(RotaryEmbedding, members=["transform_qk", "forward"])
+    tree = ast.parse(listing.source)
+    (cls,) = tree.body
+    assert isinstance(cls, ast.ClassDef)
+    assert cls.name == "RotaryEmbedding"
+    methods = [node for node in cls.body if isinstance(node, ast.FunctionDef)]
+    assert [m.name for m in methods] == ["transform_qk", "forward"]
+    for method in methods:
+        own = textwrap.dedent(inspect.getsource(getattr(RotaryEmbedding, method.name)))
+        expected = _DropDocstrings().visit(ast.parse(own)).body[0]
+        assert ast.dump(method) == ast.dump(expected)
+    assert "other members" in listing.source
+    assert listing.full_source == textwrap.dedent(inspect.getsource(RotaryEmbedding)).rstrip()
+
+
+@pytest.mark.parametrize(
+    ("obj", "members", "error", "match"),
+    [
+        (attention.causal_mask, ["x"], TypeError, "members is for a class"),
+        (attention.KVCache, [], ValueError, "members"),
+        (attention.KVCache, "append", ValueError, "members"),
+        (attention.KVCache, ["append", "pop"], ValueError, r"\['pop'\]"),
+    ],
+)
+def test_show_source_refuses_bad_members(obj, members, error, match):
+    with pytest.raises(error, match=match):
+        pecode.show_source(obj, members=members)
 
 
 @pytest.mark.parametrize("obj", [len, np.zeros, 3])

@@ -30,7 +30,8 @@ if "google.colab" in sys.modules:  # on Colab: install that release of pecode
     import shlex
     import subprocess
 
-    # Colab's own torch (newer than 2.7) satisfies pecode's torch>=2.7, so pip keeps it.
+    # Colab's own torch (newer than 2.7) satisfies pecode's torch>=2.7, so pip
+    # keeps it.
     packages = [f"pecode[notebooks] @ git+{{REPOSITORY}}@v{{VERSION}}"]
 {extra}    pip = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", *packages],
@@ -41,7 +42,8 @@ if "google.colab" in sys.modules:  # on Colab: install that release of pecode
         print(pip.stdout, pip.stderr, sep="\\n")
         raise RuntimeError(
             "installing pecode failed (pip's output is above): run "
-            f"`!pip install {{shlex.join(packages)}}` in a cell, then restart the session"
+            f"`!pip install {{shlex.join(packages)}}` in a cell, "
+            "then restart the session"
         )
 """
 
