@@ -49,19 +49,33 @@ locate_test = testref.locate_test
 
 
 def _markdown_sources() -> dict[str, str]:
-    """Text of every markdown page and every notebook's markdown cells, by path."""
+    """Text of every markdown page and every notebook's markdown cells and captions."""
     texts = {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in BOOK.glob("*.md")}
     for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
         cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
         texts[str(nb.relative_to(ROOT))] = "\n\n".join(
             "".join(c["source"]) for c in cells if c["cell_type"] == "markdown"
-        )
+        ) + "".join(f"\n\n{figure['caption']}" for figure in _figures(cells))
     return texts
+
+
+def _figures(cells: list[dict]) -> list[dict]:
+    """The myst-nb figure metadata of a notebook's plotting cells (a caption and a name)."""
+    return [
+        c["metadata"]["mystnb"]["figure"]
+        for c in cells
+        if "figure" in c["metadata"].get("mystnb", {})
+    ]
 
 
 SOURCES = _markdown_sources()
 TARGETS = {m for text in SOURCES.values() for m in re.findall(r"(?m)^\(([\w-]+)\)=\s*$", text)}
 TARGETS |= {m for text in SOURCES.values() for m in re.findall(r"(?m)^:label:\s*(\S+)", text)}
+TARGETS |= {
+    figure["name"]
+    for nb in (ROOT / "notebooks").glob("*.ipynb")
+    for figure in _figures(json.loads(nb.read_text(encoding="utf-8"))["cells"])
+}
 DOCS = {str(Path(path).with_suffix("")) for path in SOURCES}
 
 

@@ -1,0 +1,97 @@
+"""The book's figures are numbered, referenceable and described.
+
+Each plotting cell of a chapter carries myst-nb figure metadata (a caption and a name
+``fig-chNN-...``) and alt text; the prose refers to a figure with ``{numref}``, never by
+a hand-written number that a new figure would make wrong. The built pages show what
+Sphinx numbered: "Figure 9.1" for the first figure of chapter 9.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
+HAND_NUMBER = re.compile(r"\bFigures? \d+b?\.\d+")
+
+
+def chapter_of(path: Path) -> str:
+    return path.name.split("_", 1)[0]  # "09", "09b"
+
+
+def plotting_cells(path: Path):
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and any(
+            "image/png" in o.get("data", {}) or "image/svg+xml" in o.get("data", {})
+            for o in cell.outputs
+        ):
+            yield cell
+
+
+def is_solution(cell) -> bool:
+    return cell.source.startswith("# Solution to exercise")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_figure_has_a_caption_a_name_and_alt_text(path):
+    for cell in plotting_cells(path):
+        meta = cell.metadata.get("mystnb", {})
+        alt = meta.get("image", {}).get("alt", "")
+        assert len(alt) >= 40, f"{path.name}: a figure without real alt text: {cell.source[:60]!r}"
+        assert not re.search(r"\.(png|svg)\b", alt), alt
+        assert "$" not in alt, f"alt text is read aloud, not typeset: {alt!r}"
+        if is_solution(cell):  # a solution's figure is not numbered
+            continue
+        figure = meta.get("figure", {})
+        assert figure.get("caption"), f"{path.name}: a figure without a caption"
+        assert figure.get("name", "").startswith(f"fig-ch{chapter_of(path)}-"), figure
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_prose_refers_to_figures_by_numref(path):
+    nb = nbformat.read(path, as_version=4)
+    texts = [cell.source for cell in nb.cells if cell.cell_type == "markdown"]
+    texts += [
+        cell.metadata.get("mystnb", {}).get("figure", {}).get("caption", "") for cell in nb.cells
+    ]
+    for text in texts:
+        assert not HAND_NUMBER.search(text), f"{path.name}: {HAND_NUMBER.search(text)[0]}"
+        assert not text.startswith("*Figure"), f"{path.name}: a hand-made caption"
+
+
+def test_figure_names_are_unique_and_every_reference_resolves():
+    names = [
+        cell.metadata["mystnb"]["figure"]["name"]
+        for path in NOTEBOOKS
+        for cell in plotting_cells(path)
+        if "figure" in cell.metadata.get("mystnb", {})
+    ]
+    assert len(names) == len(set(names)) > 20
+    sources = [p.read_text(encoding="utf-8") for p in NOTEBOOKS]
+    sources += [p.read_text(encoding="utf-8") for p in (ROOT / "book").glob("*.md")]
+    referenced = {
+        name for text in sources for name in re.findall(r"\{numref\}`(fig-[\w-]+)`", text)
+    }
+    assert referenced, "no figure is referenced"
+    assert referenced <= set(names), referenced - set(names)
+
+
+@pytest.mark.book
+def test_built_figures_are_numbered_by_chapter(book_build):
+    """What a reader sees: "Figure 9.1" under chapter 9's first figure, in order."""
+    bs4 = pytest.importorskip("bs4")
+    assert book_build.returncode == 0, book_build.output
+    for path in NOTEBOOKS:
+        html = book_build.html / "notebooks" / f"{path.stem}.html"
+        soup = bs4.BeautifulSoup(html.read_text(encoding="utf-8"), "html.parser")
+        numbers = [span.get_text(strip=True) for span in soup.select("figure span.caption-number")]
+        chapter = int(re.match(r"\d+", path.stem)[0])
+        expected = [f"Figure {chapter}.{k}" for k in range(1, len(numbers) + 1)]
+        assert numbers == expected, path.name
+        for img in soup.select("article img"):
+            assert not img.get("alt", "").startswith("../_images"), (path.name, img.get("src"))
