@@ -6,7 +6,7 @@ functions over tensors; ``nn.Module`` classes are thin wrappers around them.
 Modules
 -------
 utils
-    The device, seeding, and showing pecode's own source in a notebook.
+    The device, seeding, showing pecode's own source and tables of results in a notebook.
 attention
     Multi-head attention whose position scheme is a constructor argument, with grouped
     key/value heads (GQA, MQA), cross-attention and a KV cache.
@@ -45,8 +45,8 @@ reference
     Slow float64 loops that tests and notebooks check the fast code against.
 """
 
-from pecode.utils import SourceListing, device, set_seed, show_source
+from pecode.utils import SourceListing, Table, device, set_seed, show_source
 
-__all__ = ["SourceListing", "__version__", "device", "set_seed", "show_source"]
+__all__ = ["SourceListing", "Table", "__version__", "device", "set_seed", "show_source"]
 
 __version__ = "0.1.0"

@@ -7,13 +7,13 @@ import inspect
 import os
 import random
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["SourceListing", "device", "set_seed", "show_source"]
+__all__ = ["SourceListing", "Table", "device", "set_seed", "show_source"]
 
 _DEVICE_ENV = "PECODE_DEVICE"
 
@@ -193,3 +193,48 @@ def _without_docstrings(source: str) -> str:
             replace[doc.lineno - 1] = " " * doc.col_offset + "..."
     kept = [replace.get(i, line) for i, line in enumerate(lines)]
     return "\n".join(line for line in kept if line is not None)
+
+
+class Table:
+    """Rows of results, shown by Jupyter as a rendered table instead of printed text.
+
+    Cells are shown as given (format numbers before): ``str(cell)``. The plain-text form,
+    what a terminal and nbval's comparison see, is the same table with aligned columns.
+    The first column is left-aligned, the others right-aligned, as numbers are.
+
+    Args:
+        header: the column names.
+        rows: one sequence of cells per row, each as long as ``header``.
+
+    Raises:
+        ValueError: ``header`` is empty or a row has another number of cells.
+    """
+
+    def __init__(self, header: Sequence[object], rows: Iterable[Sequence[object]]) -> None:
+        self.header = [str(cell) for cell in header]
+        self.rows = [[str(cell) for cell in row] for row in rows]
+        if not self.header:
+            raise ValueError("header must name at least one column")
+        for row in self.rows:
+            if len(row) != len(self.header):
+                raise ValueError(
+                    f"rows must have {len(self.header)} cells (the header's), got {row}"
+                )
+
+    def __repr__(self) -> str:
+        lines = [self.header, *self.rows]
+        widths = [max(len(line[i]) for line in lines) for i in range(len(self.header))]
+        return "\n".join(
+            "  ".join(
+                cell.ljust(width) if i == 0 else cell.rjust(width)
+                for i, (cell, width) in enumerate(zip(line, widths, strict=True))
+            ).rstrip()
+            for line in lines
+        )
+
+    def _repr_markdown_(self) -> str:
+        def row(cells: list[str]) -> str:
+            return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+        rule = "|" + "|".join([" --- "] + [" ---: "] * (len(self.header) - 1)) + "|"
+        return "\n".join([row(self.header), rule, *map(row, self.rows)]) + "\n"

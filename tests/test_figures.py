@@ -95,3 +95,21 @@ def test_built_figures_are_numbered_by_chapter(book_build):
         assert numbers == expected, path.name
         for img in soup.select("article img"):
             assert not img.get("alt", "").startswith("../_images"), (path.name, img.get("src"))
+
+
+RETINA = '%config InlineBackend.figure_formats = ["retina"]'
+FIGSIZE = re.compile(r"figsize=\(\s*([\d.]+)\s*,\s*([\d.]+)\s*\)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_figures_are_sharp_and_no_wider_than_the_column_allows(path):
+    """Twice the pixels (a sharp figure on a high-density screen), and at most 11 inches
+    wide: the column is about 8.7 inches at 1280 px, and a wider figure is shrunk to it,
+    its 10-point labels with it (to 8 points at 11 inches)."""
+    nb = nbformat.read(path, as_version=4)
+    code = [cell.source for cell in nb.cells if cell.cell_type == "code"]
+    if any(True for _ in plotting_cells(path)):
+        assert RETINA in code[0], f"{path.name}: the first code cell should set {RETINA}"
+    for source in code:
+        for width, _ in FIGSIZE.findall(source):
+            assert float(width) <= 11, f"{path.name}: a figure {width} inches wide"

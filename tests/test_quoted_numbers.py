@@ -43,10 +43,15 @@ def _cells(name: str) -> list[dict]:
 
 
 def notebook_output(name: str, header: str) -> list[str]:
-    """Lines of the first code-cell output of ``name`` that starts with ``header``."""
+    """Lines of the first code-cell output of ``name`` that starts with ``header``.
+
+    A printed output, or the plain-text form of a displayed one (a ``pecode.Table``).
+    """
     for cell in _cells(name):
         for output in cell.get("outputs", []):
-            text = "".join(output.get("text", ""))
+            text = "".join(output.get("text", "")) or "".join(
+                output.get("data", {}).get("text/plain", "")
+            )
             if text.lstrip().startswith(header):
                 return text.strip("\n").splitlines()
     raise AssertionError(f"{name} prints no output starting with {header!r}")

@@ -200,3 +200,35 @@ def test_show_source_refuses_bad_members(obj, members, error, match):
 def test_show_source_refuses_non_pecode_objects(obj):
     with pytest.raises(TypeError, match="obj"):
         pecode.show_source(obj)
+
+
+# -- Table: results as a rendered table --------------------------------------------------------
+
+
+def test_table_markdown_reads_back_as_its_cells():
+    """Read with the tests' own pipe-table parser (tests/markdown_tables.py)."""
+    from markdown_tables import table_by_header
+
+    rows = [["rope", "1.00 ± 0.00", "a | b"], ["rope+yarn_paper", "n/a", "< 0: True"]]
+    table = pecode.Table(["model", "copy 1L", "verdict"], rows)
+    parsed = table_by_header(table._repr_markdown_(), "model", "copy 1L", "verdict")
+    assert parsed == {"rope": ["1.00 ± 0.00", r"a \| b"], "rope+yarn_paper": ["n/a", "< 0: True"]}
+
+
+def test_table_plain_text_has_aligned_columns():
+    table = pecode.Table(["model", "copy 2L"], [["rope", 0.77], ["rope+yarn_frequencies", "1.00"]])
+    lines = repr(table).splitlines()
+    assert lines == [
+        "model                  copy 2L",
+        "rope                      0.77",
+        "rope+yarn_frequencies     1.00",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("header", "rows", "match"),
+    [([], [], "header"), (["a", "b"], [["1"]], "rows must have 2 cells")],
+)
+def test_table_refuses_ragged_input(header, rows, match):
+    with pytest.raises(ValueError, match=match):
+        pecode.Table(header, rows)

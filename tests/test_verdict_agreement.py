@@ -51,10 +51,15 @@ def _markdown(notebook: str) -> str:
 
 
 def _output_containing(notebook: str, needle: str) -> str:
-    """The first code-cell output of ``notebook`` whose text contains ``needle``."""
+    """The first code-cell output of ``notebook`` whose text contains ``needle``.
+
+    A printed output, or the plain-text form of a displayed one (a ``pecode.Table``).
+    """
     for cell in _cells(notebook):
         for output in cell.get("outputs", []):
-            text = "".join(output.get("text", ""))
+            text = "".join(output.get("text", "")) or "".join(
+                output.get("data", {}).get("text/plain", "")
+            )
             if needle in text:
                 return text
     raise AssertionError(f"{notebook} prints no output containing {needle!r}")
@@ -362,11 +367,19 @@ def test_pages_quote_chapter_12s_means_as_printed(page, sentence, cells):
 
 
 def _chapter_12_check(label: str) -> str:
-    """The verdict (``< 0: True``, ``open: True``, ...) of the printed check ``label``."""
-    for line in _output_containing(CH12, label).splitlines():
-        if line.startswith(label):
-            return line.rsplit("  ", 1)[1].strip()
-    raise AssertionError(f"chapter 12 prints no check {label!r}")
+    """The verdict (``< 0: True``, ``open: True``, ...) of the check ``label``.
+
+    Chapter 12 shows its paired comparisons as tables: comparison, mean [interval],
+    seeds, expected, holds.
+    """
+    for cell in _cells(CH12):
+        for output in cell.get("outputs", []):
+            markdown = "".join(output.get("data", {}).get("text/markdown", ""))
+            if label in markdown:
+                rows = table_by_header(markdown, "comparison", "mean [95% interval]")
+                *_, expected, holds = rows[label]
+                return f"{expected}: {holds}"
+    raise AssertionError(f"chapter 12 shows no check {label!r}")
 
 
 def test_no_page_asserts_that_t5_loses_the_lookup_at_4l():
@@ -417,33 +430,35 @@ def test_no_page_cites_a_trial_run_chapter_12_no_longer_reports():
 
 # --- chapter 13's numbers and conclusions, as the verdict pages quote them ---------------
 
-# the seed count is printed only where the chapter asserts a direction
-RATIO_LINE = re.compile(
-    r"(?P<label>\S.*?)\s*: ratio (?P<ratio>[\d.]+) \[(?P<low>[\d.]+), (?P<high>[\d.]+)\]"
-    r"(?:, (?P<up>\d+) of (?P<seeds>\d+) seeds above 1)?"
-)
+# Chapter 13 shows each cell's comparisons as a table (``pecode.Table``): the comparison,
+# "ratio [low, high]", and the seeds above 1, counted only where a direction is asserted.
+RATIO_CELL = re.compile(r"(?P<ratio>[\d.]+) \[(?P<low>[\d.]+), (?P<high>[\d.]+)\]")
+SEEDS_CELL = re.compile(r"(?P<up>\d+) of (?P<seeds>\d+)")
 
 
-def _printed_lines(notebook: str) -> list[str]:
-    return [
-        line
-        for cell in _cells(notebook)
-        for output in cell.get("outputs", [])
-        for line in "".join(output.get("text", "")).splitlines()
-    ]
+def _shown_tables(notebook: str, *header: str) -> list[dict[str, list[str]]]:
+    """Every table that ``notebook`` displays whose header starts with ``header``."""
+    found = []
+    for cell in _cells(notebook):
+        for output in cell.get("outputs", []):
+            markdown = "".join(output.get("data", {}).get("text/markdown", ""))
+            try:
+                found.append(table_by_header(markdown, *header))
+            except LookupError:
+                continue
+    return found
 
 
 def _chapter_13_ratios() -> dict[str, dict[str, float]]:
     """{label, whitespace flattened: ratio, low, high, up, seeds} of chapter 13's checks."""
     ratios = {}
-    for line in _printed_lines(CH13):
-        match = RATIO_LINE.fullmatch(line.strip())
-        if match:
-            numbers = {
-                k: float(v) for k, v in match.groupdict().items() if k != "label" and v is not None
-            }
-            ratios[_flat(match["label"])] = numbers
-    assert ratios, "chapter 13 prints no paired ratios (not executed?)"
+    for table in _shown_tables(CH13, "comparison", "ratio [95% interval]"):
+        for label, (interval, seeds) in table.items():
+            numbers = RATIO_CELL.fullmatch(interval).groupdict()
+            if seeds:
+                numbers |= SEEDS_CELL.fullmatch(seeds).groupdict()
+            ratios[_flat(label)] = {k: float(v) for k, v in numbers.items()}
+    assert ratios, "chapter 13 shows no paired ratios (not executed?)"
     return ratios
 
 
@@ -687,12 +702,8 @@ def test_chapter_13s_schemes_are_not_called_unmeasured():
     Its extrapolation cell in the scorecard, and its "tested at 4L" cell in the redone
     comparison table, link chapter 13 and do not say "not measured".
     """
-    table = _output_containing(CH13, "tail (last 64 targets)").split("tail (last 64", 1)[1]
-    trained = set()
-    for line in table.splitlines()[2:]:  # after the title and the header
-        words = line.split()
-        if words and "+" not in words[0] and "n/a" not in line:
-            trained.add(words[0])
+    (table,) = _shown_tables(CH13, "tail (last 64 targets): model")
+    trained = {name for name, cells in table.items() if "+" not in name and "n/a" not in cells}
     assert {"sinusoidal", "alibi", "t5", "rope"} <= trained, trained
     scorecard = table_by_header(
         _page("scorecard.md"), "encoding", "extrapolates ({prf:ref}`prop-extrapolates`, note 7)"

@@ -23,16 +23,20 @@ import pecode
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def without_magics(source: str) -> str:
+    """A cell's Python: IPython's line magics (``%config ...``, ``!pip ...``) left out."""
+    return "\n".join(
+        "" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()
+    )
+
+
 def imports_of(nb: nbformat.NotebookNode) -> dict[str, object]:
     """The names a notebook's code cells import (their import statements alone, run here)."""
     namespace: dict[str, object] = {}
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        try:
-            tree = ast.parse(cell.source)
-        except SyntaxError:  # a cell with IPython magics imports nothing we need
-            continue
+        tree = ast.parse(without_magics(cell.source))
         statements = [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)]
         if statements:
             code = compile(ast.Module(body=statements, type_ignores=[]), "<imports>", "exec")
