@@ -6,6 +6,7 @@ import ast
 import inspect
 import os
 import random
+import re
 import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -86,12 +87,14 @@ class SourceListing:
         return f"# {self.qualified_name}\n{self.source}"
 
     def _repr_markdown_(self) -> str:
-        shown = f"`{self.qualified_name}`\n\n```python\n{self.source}\n```\n"
+        # a fence longer than any run of backticks in the code (a docstring may quote code)
+        fence = "`" * max(3, 1 + max(map(len, re.findall("`+", self.full_source)), default=0))
+        shown = f"`{self.qualified_name}`\n\n{fence}python\n{self.source}\n{fence}\n"
         if self.full_source == self.source:
             return shown
         return (
             f"{shown}\n:::{{dropdown}} Full source of `{self.qualified_name}`, with docstrings\n"
-            f"```python\n{self.full_source}\n```\n:::\n"
+            f"{fence}python\n{self.full_source}\n{fence}\n:::\n"
         )
 
 
@@ -117,10 +120,11 @@ def show_source(
     Raises:
         TypeError: ``obj`` has no Python source (a builtin, an instance) or is not
             part of pecode, or ``members`` is given for something other than a class.
-        ValueError: ``members`` is empty or names no method defined in the class body.
+        ValueError: ``members`` is empty, repeats a name or names no method defined in
+            the class body; or a docstring to leave out shares its line with code.
     """
     module = inspect.getmodule(obj)
-    if module is None or not module.__name__.startswith("pecode"):
+    if module is None or not (module.__name__ == "pecode" or module.__name__.startswith("pecode.")):
         raise TypeError(f"obj must be defined in pecode, got {obj!r}")
     try:
         full = textwrap.dedent(inspect.getsource(obj)).rstrip("\n")
@@ -139,31 +143,41 @@ def show_source(
 
 
 def _class_with_members(source: str, members: Sequence[str], qualified: str) -> str:
-    """The class statement of ``source`` and the methods named in ``members``."""
+    """The class statement of ``source`` and the methods named in ``members``.
+
+    A name defined more than once (a property's getter and setter) shows every
+    definition, in source order; decorators stay with their method.
+    """
     if isinstance(members, str) or not members:
         raise ValueError(f"members must be a non-empty list of method names, got {members!r}")
+    if len(set(members)) != len(members):
+        raise ValueError(f"members must name each method once, got {list(members)}")
     lines = source.splitlines()
     cls = ast.parse(source).body[0]
     assert isinstance(cls, ast.ClassDef)  # getsource of a class starts with it
-    methods = {
-        node.name: node
-        for node in cls.body
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-    }
+    methods: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+    for node in cls.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            methods.setdefault(node.name, []).append(node)
     missing = [member for member in members if member not in methods]
     if missing:
         raise ValueError(f"members {missing} are not methods defined in {qualified}")
     first = cls.body[0]
-    header = lines[: first.lineno - 1]
+    header = lines[: _first_line(first) - 1]
     if _docstring(cls) is not None:  # the class docstring stays with the class statement
         header = lines[: first.end_lineno]
     indent = " " * first.col_offset
     parts = ["\n".join([*header, f"{indent}# ... (other members: see the full source)"])]
     for member in members:
-        node = methods[member]
-        start = min([node.lineno] + [d.lineno for d in node.decorator_list])
-        parts.append("\n".join(lines[start - 1 : node.end_lineno]))
+        for node in methods[member]:
+            parts.append("\n".join(lines[_first_line(node) - 1 : node.end_lineno]))
     return "\n\n".join(parts)
+
+
+def _first_line(node: ast.stmt) -> int:
+    """The first line of a statement, its decorators included."""
+    decorators = getattr(node, "decorator_list", [])
+    return min([node.lineno] + [decorator.lineno for decorator in decorators])
 
 
 def _docstring(node: ast.AST) -> ast.Expr | None:
@@ -185,6 +199,13 @@ def _without_docstrings(source: str) -> str:
         doc = _docstring(node)
         if doc is None:
             continue
+        before = lines[doc.lineno - 1][: doc.col_offset]
+        after = lines[doc.end_lineno - 1][doc.end_col_offset :]
+        if before.strip() or after.strip():  # `def f(): """doc"""`, `"""doc"""; x = 1`
+            raise ValueError(
+                f"a docstring shares its line with code (line {doc.lineno}): "
+                "show this object with docstrings=True"
+            )
         for line in range(doc.lineno - 1, doc.end_lineno):
             replace[line] = None
         if doc.end_lineno < len(lines) and not lines[doc.end_lineno].strip():
@@ -198,21 +219,30 @@ def _without_docstrings(source: str) -> str:
 class Table:
     """Rows of results, shown by Jupyter as a rendered table instead of printed text.
 
-    Cells are shown as given (format numbers before): ``str(cell)``. The plain-text form,
-    what a terminal and nbval's comparison see, is the same table with aligned columns.
-    The first column is left-aligned, the others right-aligned, as numbers are.
+    Cells are shown as ``str(cell)`` (format numbers before); in the book each cell is
+    Markdown, so ``$...$`` is math and ``*...*`` emphasis, and ``|`` is escaped. The
+    plain-text form, what a terminal and nbval's comparison see, is the same table with
+    aligned columns: the first left-aligned, the others right-aligned, as numbers are.
 
     Args:
         header: the column names.
         rows: one sequence of cells per row, each as long as ``header``.
 
     Raises:
-        ValueError: ``header`` is empty or a row has another number of cells.
+        TypeError: ``header`` or a row is a string (a sequence of cells is needed).
+        ValueError: ``header`` is empty, a row has another number of cells, or a cell
+            holds a line break.
     """
 
     def __init__(self, header: Sequence[object], rows: Iterable[Sequence[object]]) -> None:
+        if isinstance(header, str):
+            raise TypeError(f"header must be a sequence of column names, got {header!r}")
         self.header = [str(cell) for cell in header]
-        self.rows = [[str(cell) for cell in row] for row in rows]
+        self.rows = []
+        for row in rows:
+            if isinstance(row, str):
+                raise TypeError(f"rows must be sequences of cells, got the string {row!r}")
+            self.rows.append([str(cell) for cell in row])
         if not self.header:
             raise ValueError("header must name at least one column")
         for row in self.rows:
@@ -220,6 +250,9 @@ class Table:
                 raise ValueError(
                     f"rows must have {len(self.header)} cells (the header's), got {row}"
                 )
+        for cell in [*self.header, *(cell for row in self.rows for cell in row)]:
+            if "\n" in cell:
+                raise ValueError(f"a cell must hold one line, got {cell!r}")
 
     def __repr__(self) -> str:
         lines = [self.header, *self.rows]

@@ -88,10 +88,19 @@ async function measure(page) {
       pres.push({over: over, box: pre.clientWidth, starts: pre.innerText.slice(0, 80)});
     }
   }
+  // printed output wraps (book.css): its lines as printed, unwrapped, must fit too
+  const outputs = [];
+  for (const pre of column.querySelectorAll("div.cell_output div.output.stream pre")) {
+    pre.style.whiteSpace = "pre";
+    const over = pre.scrollWidth - pre.clientWidth;
+    pre.style.whiteSpace = "";
+    if (over > 1) { outputs.push({over: over, starts: pre.innerText.slice(0, 40)}); }
+  }
   const width = column.getBoundingClientRect().width;
   const all = column.querySelectorAll("pre").length;
   frame.remove();
-  return {page: page, column: width, tables: tables, pres: pres, shown: shown, all: all};
+  return {page: page, column: width, tables: tables, pres: pres, outputs: outputs, shown: shown,
+          all: all};
 }
 window.addEventListener("load", async () => {
   const results = [];
@@ -151,6 +160,56 @@ def test_every_code_and_output_block_fits_the_text_column(measured):
     assert all(m["shown"] == m["all"] for m in measured), "a block stayed collapsed"
     wide = [(m["page"], pre) for m in measured for pre in m["pres"]]
     assert not wide, "\n".join(f"{page}: {pre}" for page, pre in wide)
+
+
+# Printed outputs whose lines are longer than the column holds: book.css wraps them, which
+# reads well for prose and dicts of checks but breaks a column-aligned table. Each is
+# listed with its page and how it starts; a new one fails the test below. Chapter 11's
+# benchmark tables become figures and rendered tables when chapter 11 is re-run.
+WIDE_OUTPUTS_ALLOWED = {
+    # column-aligned tables, which wrap badly: to become pecode.Table or figures
+    ("03_learned_positions", "sinusoidal                  spread of p_"),
+    ("06_alibi", "6 heads, official code:"),
+    ("09_rope_in_practice", "max table error by position range:"),
+    ("11_costs", "                                   media"),
+    ("11_costs", "RoPE on q and k, NVIDIA H100"),
+    ("11_costs", "RoPE on q and k, cpu,"),
+    ("11_costs", "float32  half        L = 32768:"),
+    # prose lines, dicts of checks and configurations: wrapping reads well
+    ("01_why_positions", "learned:"),
+    ("02_sinusoidal", "d = 64: longest wavelength"),
+    ("03_learned_positions", "at initialization, 512 -> 1024"),
+    ("03_learned_positions", "plain loss: rows more than ten times"),
+    ("04_four_terms_and_shaw", "{'naive peak holds one"),
+    ("05_xl_t5_deberta", "{'logits (a)+(b)+(c)+(d)'"),
+    ("05_xl_t5_deberta", "{'released: c2c + c2p + p2c'"),
+    ("05_xl_t5_deberta", "pad-and-reshape: right at and below"),
+    ("06_alibi", "weight on itself, 4096 keys:"),
+    ("06_alibi", "log2 m for 24 heads:"),
+    ("09_rope_in_practice", "{'half, causal=False'"),
+    ("09b_pecode_in_hf_models", "scaling: llama3 {'factor'"),
+    ("10_long_context", "{'kind': 'llama3'"),
+    ("10_long_context", "straight lines (second difference"),
+    ("12_train_short_test_long", "ExperimentConfig(train_length=256"),
+    ("12_train_short_test_long", "learned table at 2L: position 511"),
+    ("13_real_text", "TextConfig(train_length=256"),
+}
+
+
+@pytest.mark.book
+def test_printed_output_wider_than_the_column_is_known(measured):
+    """Wrapping hides a wide output from the check above; this one sees it unwrapped."""
+    wide = {
+        (m["page"].rsplit("/", 1)[-1].removesuffix(".html"), out["starts"])
+        for m in measured
+        for out in m["outputs"]
+    }
+    known = {
+        (page, starts)
+        for page, starts in wide
+        if any(page == p and starts.startswith(s) for p, s in WIDE_OUTPUTS_ALLOWED)
+    }
+    assert wide == known, "\n".join(sorted(f"{p}: {s!r}" for p, s in wide - known))
 
 
 @pytest.mark.book

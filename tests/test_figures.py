@@ -98,6 +98,7 @@ def test_built_figures_are_numbered_by_chapter(book_build):
 
 
 RETINA = '%config InlineBackend.figure_formats = ["retina"]'
+DRAWN = re.compile(r"<Figure size (\d+)x(\d+)")
 FIGSIZE = re.compile(r"figsize=\(\s*([\d.]+)\s*,\s*([\d.]+)\s*\)")
 
 
@@ -113,3 +114,9 @@ def test_figures_are_sharp_and_no_wider_than_the_column_allows(path):
     for source in code:
         for width, _ in FIGSIZE.findall(source):
             assert float(width) <= 11, f"{path.name}: a figure {width} inches wide"
+    # what was drawn, sizes computed at run time included: "<Figure size 900x340 ...>" in
+    # pixels at matplotlib's 100 dpi
+    for cell in plotting_cells(path):
+        for output in cell.outputs:
+            for width, _ in DRAWN.findall(output.get("data", {}).get("text/plain", "")):
+                assert int(width) <= 1100, f"{path.name}: a figure drawn {width} px wide"

@@ -232,3 +232,97 @@ def test_table_plain_text_has_aligned_columns():
 def test_table_refuses_ragged_input(header, rows, match):
     with pytest.raises(ValueError, match=match):
         pecode.Table(header, rows)
+
+
+# -- listings of awkward shapes, on source text (show_source takes pecode objects only) ------
+
+DECORATED_FIRST = '''class A:
+    @staticmethod
+    def s():
+        return 1
+
+    def m(self):
+        """Doc."""
+        return 2
+
+    @property
+    def p(self):
+        return self._p
+
+    @p.setter
+    def p(self, value):
+        self._p = value
+'''
+
+
+def test_members_keep_decorators_with_their_own_method():
+    shown = pecode.utils._class_with_members(DECORATED_FIRST, ["m"], "A")
+    tree = ast.parse(shown)
+    (method,) = [node for node in tree.body[0].body if isinstance(node, ast.FunctionDef)]
+    assert method.name == "m"
+    assert method.decorator_list == []  # the decorator of s did not move onto m
+    assert "@staticmethod" not in shown
+
+
+def test_a_property_shows_its_getter_and_its_setter():
+    shown = pecode.utils._class_with_members(DECORATED_FIRST, ["p"], "A")
+    methods = [node for node in ast.parse(shown).body[0].body if isinstance(node, ast.FunctionDef)]
+    assert [ast.unparse(m.decorator_list[0]) for m in methods] == ["property", "p.setter"]
+    with pytest.raises(ValueError, match="each method once"):
+        pecode.utils._class_with_members(DECORATED_FIRST, ["p", "p"], "A")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'def f():  """doc"""\n',
+        'def f(x):\n    """doc"""; return x\n',
+        'class C:\n    """doc"""; x = 1\n',
+    ],
+)
+def test_a_docstring_sharing_its_line_with_code_is_refused(source):
+    """Dropping its line would drop the code with it."""
+    with pytest.raises(ValueError, match="shares its line"):
+        pecode.utils._without_docstrings(source)
+
+
+def test_a_body_that_was_only_a_docstring_becomes_ellipsis():
+    shown = pecode.utils._without_docstrings('def f():\n    """Only this."""\n')
+    assert shown == "def f():\n    ..."
+
+
+def test_a_listing_fence_is_longer_than_any_backticks_in_the_code():
+    source = 'x = """```python\ny = 1\n```"""'
+    markdown = pecode.SourceListing("pecode.example", source)._repr_markdown_()
+    assert markdown.startswith("`pecode.example`\n\n````python\n")
+    assert markdown.rstrip().endswith("````")
+
+
+def test_every_show_source_cell_is_a_listing_cell():
+    """tools/refresh_listings.py rewrites only cells it recognises: none may be missed."""
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = refresh_listings.nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "code" and "show_source" in cell.source:
+                assert refresh_listings.listing_calls(cell.source), (path.name, cell.source)
+
+
+@pytest.mark.parametrize(
+    ("header", "rows", "error", "match"),
+    [
+        ("ab", [["x", "y"]], TypeError, "header"),
+        (["a", "b"], ["xy"], TypeError, "rows"),
+        (["a"], [["one\ntwo"]], ValueError, "one line"),
+    ],
+)
+def test_table_refuses_strings_and_line_breaks(header, rows, error, match):
+    with pytest.raises(error, match=match):
+        pecode.Table(header, rows)
+
+
+def test_show_source_refuses_a_module_that_only_starts_with_pecode():
+    import types
+
+    fake = types.ModuleType("pecode_extras")
+    with pytest.raises(TypeError, match="defined in pecode"):
+        pecode.show_source(fake)

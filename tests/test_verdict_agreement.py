@@ -382,6 +382,42 @@ def _chapter_12_check(label: str) -> str:
     raise AssertionError(f"chapter 12 shows no check {label!r}")
 
 
+INTERVAL = re.compile(r"(?P<mean>[-+][\d.]+) \[(?P<low>[-+][\d.]+), (?P<high>[-+][\d.]+)\]")
+
+
+def test_chapter_12s_verdicts_follow_its_margin_rules():
+    """Each shown comparison obeys the rule its verdict claims (ch12-intervals, Figure 12.2).
+
+    A direction only where the whole interval clears zero by more than 0.07 (the most an
+    end moves on other CPUs); a tie only within +-0.1; open where the interval comes
+    within 0.07 of zero or spans it. The cells assert only that an interval excludes
+    zero; this reads the committed tables.
+    """
+    rows = []
+    for cell in _cells(CH12):
+        for output in cell.get("outputs", []):
+            markdown = "".join(output.get("data", {}).get("text/markdown", ""))
+            if "| comparison |" in markdown:
+                table = table_by_header(markdown, "comparison", "mean [95% interval]")
+                rows += [(label, cells) for label, cells in table.items()]
+    assert len(rows) > 30, rows
+    kinds = set()
+    for label, (interval, _, expected, holds) in rows:
+        match = INTERVAL.fullmatch(interval)
+        assert match, (label, interval)
+        low, high = float(match["low"]), float(match["high"])
+        kinds.add(expected)
+        rule = {
+            "> 0": low > 0.07,
+            "< 0": high < -0.07,
+            "tie": low >= -0.1 and high <= 0.1,
+            "open": low <= 0.07 and high >= -0.07,
+        }[expected]
+        assert rule, f"{label}: {interval} is not '{expected}' by the chapter's rules"
+        assert holds == "True", label
+    assert kinds == {"> 0", "< 0", "tie", "open"}
+
+
 def test_no_page_asserts_that_t5_loses_the_lookup_at_4l():
     """Chapter 12 leaves T5's drop at 4L open; no page may state it as measured.
 
@@ -457,6 +493,7 @@ def _chapter_13_ratios() -> dict[str, dict[str, float]]:
             numbers = RATIO_CELL.fullmatch(interval).groupdict()
             if seeds:
                 numbers |= SEEDS_CELL.fullmatch(seeds).groupdict()
+            assert _flat(label) not in ratios, f"chapter 13 shows {label!r} twice"
             ratios[_flat(label)] = {k: float(v) for k, v in numbers.items()}
     assert ratios, "chapter 13 shows no paired ratios (not executed?)"
     return ratios
