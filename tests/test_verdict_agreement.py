@@ -366,19 +366,19 @@ def test_pages_quote_chapter_12s_means_as_printed(page, sentence, cells):
     assert quoted in _flat(_page(page)), f"{page} should say {quoted!r}"
 
 
+CH12_PAIRED = ("comparison", "mean [95% interval]")  # the header of its comparison tables
+
+
 def _chapter_12_check(label: str) -> str:
     """The verdict (``< 0: True``, ``open: True``, ...) of the check ``label``.
 
     Chapter 12 shows its paired comparisons as tables: comparison, mean [interval],
     seeds, expected, holds.
     """
-    for cell in _cells(CH12):
-        for output in cell.get("outputs", []):
-            markdown = "".join(output.get("data", {}).get("text/markdown", ""))
-            if label in markdown:
-                rows = table_by_header(markdown, "comparison", "mean [95% interval]")
-                *_, expected, holds = rows[label]
-                return f"{expected}: {holds}"
+    for table in _shown_tables(CH12, *CH12_PAIRED):
+        if label in table:
+            *_, expected, holds = table[label]
+            return f"{expected}: {holds}"
     raise AssertionError(f"chapter 12 shows no check {label!r}")
 
 
@@ -393,13 +393,7 @@ def test_chapter_12s_verdicts_follow_its_margin_rules():
     within 0.07 of zero or spans it. The cells assert only that an interval excludes
     zero; this reads the committed tables.
     """
-    rows = []
-    for cell in _cells(CH12):
-        for output in cell.get("outputs", []):
-            markdown = "".join(output.get("data", {}).get("text/markdown", ""))
-            if "| comparison |" in markdown:
-                table = table_by_header(markdown, "comparison", "mean [95% interval]")
-                rows += [(label, cells) for label, cells in table.items()]
+    rows = [row for table in _shown_tables(CH12, *CH12_PAIRED) for row in table.items()]
     assert len(rows) > 30, rows
     kinds = set()
     for label, (interval, _, expected, holds) in rows:
