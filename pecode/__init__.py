@@ -6,7 +6,8 @@ functions over tensors; ``nn.Module`` classes are thin wrappers around them.
 Modules
 -------
 utils
-    The device, seeding, showing pecode's own source and tables of results in a notebook.
+    The device, seeding, a fixed CPU thread count, showing pecode's own source and tables
+    of results in a notebook.
 attention
     Multi-head attention whose position scheme is a constructor argument, with grouped
     key/value heads (GQA, MQA), cross-attention and a KV cache.
@@ -35,7 +36,8 @@ rope_kernels, rope_triton
 hf
     Hugging Face attention layers rebuilt on pecode, weights copied (page 9b).
 bench
-    The interleaved-rounds benchmark harness and the recorded GPU run (chapter 11).
+    The benchmark of chapter 11, a package: the interleaved-rounds harness, the RoPE and
+    attention cases, the recorded GPU run and the command line (``python -m pecode.bench``).
 experiments
     The training experiments of chapters 12 and 13.
 proofs

@@ -1,4 +1,5 @@
-"""Small helpers the notebooks share: the device, seeding, and showing pecode's source."""
+"""Small helpers the notebooks share: the device, seeding, a fixed CPU thread count, and
+showing pecode's source."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ import os
 import random
 import re
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["SourceListing", "Table", "device", "set_seed", "show_source"]
+from pecode._checks import check_int
+
+__all__ = ["SourceListing", "Table", "cpu_threads", "device", "set_seed", "show_source"]
 
 _DEVICE_ENV = "PECODE_DEVICE"
 
@@ -68,6 +72,24 @@ def set_seed(seed: int) -> torch.Generator:
     np.random.seed(seed % 2**32)  # noqa: NPY002 -- seeding the legacy global RNG is the point
     torch.manual_seed(seed)  # seeds every CUDA device as well
     return torch.Generator().manual_seed(seed)
+
+
+@contextmanager
+def cpu_threads(num_threads: int) -> Iterator[None]:
+    """Run the body with ``torch.set_num_threads(num_threads)``, then restore the old value.
+
+    A fixed thread count makes CPU reductions, hence training runs, repeatable.
+
+    Raises:
+        TypeError, ValueError: ``num_threads`` is not a positive int.
+    """
+    check_int("num_threads", num_threads, 1)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 class SourceListing:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 import sys
 import types
 
@@ -19,9 +20,11 @@ import pytest
 import torch
 
 from pecode import bench
-from pecode.bench import peak_tensor_memory
+from pecode.bench import attention_cases, cli, harness, peak_tensor_memory, records, rope_cases
+from pecode.bench.attention_cases import _compare
+from pecode.bench.rope_cases import _max_errors
 from pecode.reference.rope import rope_loop
-from pecode.rope import apply_rope
+from pecode.rope import apply_rope, rope_cos_sin, rope_inv_freq
 
 
 def test_bench_shaw_gather_form_needs_less_memory():
@@ -53,7 +56,7 @@ def test_bench_bias_attention_same_numbers_less_memory():
 
 def test_comparison_error_compares_every_method_with_the_first():
     # a method that returns another result is seen: the comparison can fail
-    wrong = bench._compare(
+    wrong = _compare(
         "two",
         {"one": lambda: torch.ones(3), "two": lambda: torch.full((3,), 2.0)},
         "one",
@@ -355,7 +358,7 @@ def test_a_missing_gradient_is_an_infinite_error():
         lambda: (*method.check()[:2], None, None),
     )
     setup.methods["apply_rope half fwd+bwd"] = broken
-    assert bench._max_errors(setup)["apply_rope half fwd+bwd"] == math.inf
+    assert _max_errors(setup)["apply_rope half fwd+bwd"] == math.inf
 
 
 def test_peers_that_do_not_import_are_skipped_with_a_note(monkeypatch):
@@ -371,8 +374,8 @@ def test_peers_that_do_not_import_are_skipped_with_a_note(monkeypatch):
 
 
 def interleaved_rotation(x, positions):
-    inv_freq = bench.rope_inv_freq(x.shape[-1])
-    cos, sin = bench.rope_cos_sin(positions, inv_freq)
+    inv_freq = rope_inv_freq(x.shape[-1])
+    cos, sin = rope_cos_sin(positions, inv_freq)
     return apply_rope(x, cos, sin, "interleaved")
 
 
@@ -428,16 +431,37 @@ def test_out_rows_appear_when_apply_rope_takes_out(monkeypatch):
     def apply_rope_without_out(x, cos, sin, layout="half"):
         return apply_rope(x, cos, sin, layout)
 
-    monkeypatch.setattr(bench, "apply_rope", apply_rope_without_out)
+    monkeypatch.setattr(rope_cases, "apply_rope", apply_rope_without_out)
     setup = bench.rope_methods(TINY, peers=False, textbook=False)
     assert "apply_rope half out=" not in setup.methods
     assert "apply_rope takes no out= argument: no out= rows" in setup.notes
-    monkeypatch.setattr(bench, "apply_rope", apply_rope_with_out)
+    monkeypatch.setattr(rope_cases, "apply_rope", apply_rope_with_out)
     case = bench.bench_rope_case(TINY, rounds=1, target_s=1e-3, peers=False, textbook=False)
     for layout in ("half", "interleaved"):
         assert case.max_errors[f"apply_rope {layout} out="] < 1e-6
     assert any(calls)
     assert not case.notes  # no 'no out= rows' note
+
+
+def test_every_public_name_is_defined_in_one_module_and_importable_from_the_package():
+    modules = [harness, rope_cases, attention_cases, records, cli]
+    defined = [name for module in modules for name in module.__all__]
+    assert sorted(defined) == sorted(bench.__all__)  # each name once
+    for module in modules:
+        for name in module.__all__:
+            assert getattr(bench, name) is getattr(module, name), name
+
+
+def test_python_dash_m_runs_the_command_line():
+    result = subprocess.run(
+        [sys.executable, "-m", "pecode.bench", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.startswith("usage: python -m pecode.bench")
+    assert "--attention" in result.stdout
+    assert not result.stderr
 
 
 def test_command_line_quick(tmp_path, capsys):

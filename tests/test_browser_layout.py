@@ -168,9 +168,6 @@ def test_every_code_and_output_block_fits_the_text_column(measured):
 # benchmark tables become figures and rendered tables when chapter 11 is re-run.
 WIDE_OUTPUTS_ALLOWED = {
     # column-aligned tables, which wrap badly: to become pecode.Table or figures
-    ("03_learned_positions", "sinusoidal                  spread of p_"),
-    ("06_alibi", "6 heads, official code:"),
-    ("09_rope_in_practice", "max table error by position range:"),
     ("11_costs", "                                   media"),
     ("11_costs", "RoPE on q and k, NVIDIA H100"),
     ("11_costs", "RoPE on q and k, cpu,"),

@@ -561,3 +561,34 @@ def test_cpu_threads_restores_the_thread_count():
     assert torch.get_num_threads() == before
     with pytest.raises(ValueError, match="num_threads"), cpu_threads(0):
         pass
+
+
+def test_learning_rate_warms_up_linearly_then_decays_to_zero_by_hand():
+    from pecode.experiments.training import learning_rate
+
+    # 100 steps: warm-up over the first 10, then half a cosine over the other 90
+    assert [learning_rate(s, 100, 2.0) for s in (0, 4, 9)] == pytest.approx([0.2, 1.0, 2.0])
+    assert learning_rate(10, 100, 2.0) == pytest.approx(2.0)
+    assert learning_rate(55, 100, 2.0) == pytest.approx(1.0)  # halfway through the decay
+    assert learning_rate(99, 100, 2.0) == pytest.approx(1.0 - math.cos(math.pi / 90), abs=1e-12)
+
+
+def test_fit_trains_calls_back_once_per_step_and_leaves_eval_mode():
+    from pecode.experiments.training import fit
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    x = torch.randn(64, 3)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5]])
+    calls = []
+    losses = fit(
+        model,
+        lambda: torch.nn.functional.mse_loss(model(x), y),
+        steps=200,
+        lr=0.1,
+        on_step=lambda: calls.append(model.training),
+    )
+    assert len(losses) == 200
+    assert calls == [True] * 200
+    assert losses[-1] < losses[0] / 100
+    assert not model.training

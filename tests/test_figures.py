@@ -104,19 +104,19 @@ FIGSIZE = re.compile(r"figsize=\(\s*([\d.]+)\s*,\s*([\d.]+)\s*\)")
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_figures_are_sharp_and_no_wider_than_the_column_allows(path):
-    """Twice the pixels (a sharp figure on a high-density screen), and at most 11 inches
-    wide: the column is about 8.7 inches at 1280 px, and a wider figure is shrunk to it,
-    its 10-point labels with it (to 8 points at 11 inches)."""
+    """Twice the pixels (a sharp figure on a high-density screen), and at most 8.5 inches
+    wide: the column is about 8.7 inches at 1280 px, and a wider figure would be shrunk
+    to it, its 10-point labels with it."""
     nb = nbformat.read(path, as_version=4)
     code = [cell.source for cell in nb.cells if cell.cell_type == "code"]
     if any(True for _ in plotting_cells(path)):
         assert RETINA in code[0], f"{path.name}: the first code cell should set {RETINA}"
     for source in code:
         for width, _ in FIGSIZE.findall(source):
-            assert float(width) <= 11, f"{path.name}: a figure {width} inches wide"
+            assert float(width) <= 8.5, f"{path.name}: a figure {width} inches wide"
     # what was drawn, sizes computed at run time included: "<Figure size 900x340 ...>" in
     # pixels at matplotlib's 100 dpi
     for cell in plotting_cells(path):
         for output in cell.outputs:
             for width, _ in DRAWN.findall(output.get("data", {}).get("text/plain", "")):
-                assert int(width) <= 1100, f"{path.name}: a figure drawn {width} px wide"
+                assert int(width) <= 850, f"{path.name}: a figure drawn {width} px wide"

@@ -14,14 +14,17 @@ The pieces:
 * ``pecode.experiments.tasks``: the data;
 * ``pecode.experiments.models``: :class:`TinyDecoder` (with a test-time attention
   window), :func:`with_rope_scaling` (a trained RoPE model read with long-context
-  frequencies, the YaRN paper's ramp included), :func:`cpu_threads`;
+  frequencies, the YaRN paper's ramp included);
+* ``pecode.experiments.training``: the one training loop (AdamW, warm-up and cosine
+  decay, clipping) of this chapter's models and chapter 13's;
 * ``pecode.experiments.stats``: Student's t-interval of per-seed differences, and the
   simulation that shows its coverage;
 * here: :class:`ExperimentConfig`, :func:`train`, :func:`evaluate`,
   :func:`evaluate_probes` and :func:`run_experiment`, the whole sweep (schemes x seeds x
   readings x lengths).
 
-Everything runs on the CPU with a fixed number of threads (:func:`cpu_threads`), so that
+Everything runs on the CPU with a fixed number of threads (:func:`cpu_threads`, from
+:mod:`pecode.utils`), so that
 every scheme gets the same compute and a run is bit-for-bit repeatable on one machine.
 """
 
@@ -61,6 +64,7 @@ from pecode.experiments.tasks import (
     delayed_copy_batch,
     needle_copy_batch,
 )
+from pecode.experiments.training import fit
 from pecode.utils import set_seed
 
 # Re-declared here, with their documentation, so that the API reference has targets for them.
@@ -208,15 +212,6 @@ EVAL_CHUNK = 8
 """Test sequences per forward pass in :func:`evaluate_probes`, to bound the memory."""
 
 
-def _learning_rate(step: int, config: ExperimentConfig) -> float:
-    """Linear warm-up over the first tenth of the steps, then cosine decay to zero."""
-    warmup = max(1, config.steps // 10)
-    if step < warmup:
-        return config.lr * (step + 1) / warmup
-    progress = (step - warmup) / max(1, config.steps - warmup)
-    return config.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
 def _loss(logits: Tensor, batch: NeedleCopyBatch, config: ExperimentConfig) -> Tensor:
     """Cross-entropy of the copy, plus that of the needle when there is one."""
     split = config.input_size
@@ -272,22 +267,13 @@ def train(
             num_layers=config.num_layers,
             output_size=config.output_size,
         )
-        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
-        model.train()
-        losses = []
-        for step in range(config.steps):
-            for group in optimizer.param_groups:
-                group["lr"] = _learning_rate(step, config)
+
+        def step_loss() -> Tensor:
             batch = config.batch(config.batch_size, config.train_length, generator)
-            loss = _loss(model(batch.tokens), batch, config)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            losses.append(loss.item())
-            if on_step is not None:
-                on_step()
-    return model.eval(), losses
+            return _loss(model(batch.tokens), batch, config)
+
+        losses = fit(model, step_loss, steps=config.steps, lr=config.lr, on_step=on_step)
+    return model, losses
 
 
 def _accuracy_by_column(predictions: Tensor, targets: Tensor) -> Tensor:

@@ -10,9 +10,10 @@
 * :func:`with_rope_scaling`: the same trained RoPE model read with long-context
   frequencies, without retraining;
 * :func:`attention_beyond`: how much attention each head puts on keys far back;
-* :func:`cpu_threads`: a fixed thread count, so that runs are repeatable, and
-  :func:`map_jobs`: independent training runs spread over worker processes, each with
-  that thread count, so that the results do not depend on how many workers ran them.
+* :func:`cpu_threads` (defined in :mod:`pecode.utils`, re-exported here): a fixed thread
+  count, so that runs are repeatable, and :func:`map_jobs`: independent training runs
+  spread over worker processes, each with that thread count, so that the results do not
+  depend on how many workers ran them.
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from __future__ import annotations
 import copy
 import math
 import multiprocessing
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -35,6 +35,7 @@ from pecode.attention import MultiHeadAttention, PositionScheme
 from pecode.relative import T5RelativePositionBias
 from pecode.rope import RotaryEmbedding, apply_rope, rope_cos_sin, rope_inv_freq
 from pecode.scaling import rope_frequencies, yarn_attention_factor
+from pecode.utils import cpu_threads
 
 __all__ = [
     "ROPE_READINGS",
@@ -67,24 +68,6 @@ ROPE_READINGS: tuple[str, ...] = (
 YaRN with the paper's ramp (:func:`yarn_paper_frequencies`); and YaRN's two parts
 apart: ``"yarn_frequencies"``, the code's ramp with attention factor 1, and
 ``"yarn_temperature"``, the trained frequencies with YaRN's attention factor."""
-
-
-@contextmanager
-def cpu_threads(num_threads: int) -> Iterator[None]:
-    """Run the body with ``torch.set_num_threads(num_threads)``, then restore the old value.
-
-    A fixed thread count makes CPU reductions, hence training runs, repeatable.
-
-    Raises:
-        TypeError, ValueError: ``num_threads`` is not a positive int.
-    """
-    check_int("num_threads", num_threads, 1)
-    previous = torch.get_num_threads()
-    torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def sliding_window_mask(length: int, window: int) -> Tensor:

@@ -53,6 +53,7 @@ from pecode.experiments import (
     with_rope_scaling,
 )
 from pecode.experiments.models import readings
+from pecode.experiments.training import fit
 from pecode.utils import set_seed
 
 __all__ = [
@@ -342,15 +343,6 @@ class TextConfig:
         return tuple(f * self.train_length for f in self.eval_factors)
 
 
-def _learning_rate(step: int, config: TextConfig) -> float:
-    """Linear warm-up over the first tenth of the steps, then cosine decay to zero."""
-    warmup = max(1, config.steps // 10)
-    if step < warmup:
-        return config.lr * (step + 1) / warmup
-    progress = (step - warmup) / max(1, config.steps - warmup)
-    return config.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
 def train_language_model(
     scheme: str,
     config: TextConfig,
@@ -387,25 +379,16 @@ def train_language_model(
             num_heads=config.num_heads,
             num_layers=config.num_layers,
         )
-        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
-        model.train()
-        losses = []
-        for step in range(config.steps):
-            for group in optimizer.param_groups:
-                group["lr"] = _learning_rate(step, config)
+
+        def step_loss() -> Tensor:
             windows = random_windows(
                 splits.train, config.train_length, config.batch_size, generator
             )
             logits = model(windows[:, :-1])
-            loss = F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten())
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            losses.append(loss.item())
-            if on_step is not None:
-                on_step()
-    return model.eval(), losses
+            return F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten())
+
+        losses = fit(model, step_loss, steps=config.steps, lr=config.lr, on_step=on_step)
+    return model, losses
 
 
 @dataclass(frozen=True)

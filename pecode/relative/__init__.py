@@ -33,8 +33,6 @@ dimension. Positions are integer tensors ``[L]`` (shared by the batch) or ``[B, 
 
 from __future__ import annotations
 
-from typing import Any
-
 from pecode.relative.deberta import (
     DebertaRelativePosition,
     deberta_attention,
@@ -81,14 +79,3 @@ __all__ = [
     "t5_relative_position_bucket",
     "transformer_xl_position_terms",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    # peak_tensor_memory measures, it encodes nothing: it lives in pecode.bench now, and
-    # is found here for code written before the move. Imported on first use, since
-    # pecode.bench imports this package.
-    if name == "peak_tensor_memory":
-        from pecode.bench import peak_tensor_memory
-
-        return peak_tensor_memory
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,339 @@
+"""The other encodings of chapter 11, each compared side by side with its memory.
+
+A :class:`Comparison` holds methods timed together in interleaved rounds, the peak tensor
+memory of each (:func:`~pecode.bench.harness.peak_tensor_memory`) and the largest
+difference between their results:
+
+* :func:`bench_shaw`: Shaw et al.'s key and value terms, direct ``[L, L, Dh]`` form
+  against the gather form;
+* :func:`bench_bias_attention`: ALiBi's and T5's biases through PyTorch's fused attention
+  against :func:`softmax_attention` written by hand;
+* :func:`encoding_costs`: parameters, extra memory and time of one attention layer per
+  encoding (:func:`encoding_layers`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils._pytree import tree_flatten
+
+from pecode._checks import check_int
+from pecode.absolute import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from pecode.alibi import ALiBi, alibi_bias
+from pecode.attention import MultiHeadAttention
+from pecode.bench.harness import (
+    Spread,
+    _check_device,
+    peak_tensor_memory,
+    ratio_spread,
+    time_interleaved,
+)
+from pecode.relative import (
+    DebertaRelativePosition,
+    ShawRelativePosition,
+    T5RelativePositionBias,
+    TransformerXLRelativePosition,
+    shaw_key_logits,
+    shaw_key_logits_naive,
+    shaw_value_term,
+    shaw_value_term_naive,
+)
+from pecode.rope import RotaryEmbedding
+
+__all__ = [
+    "Comparison",
+    "bench_bias_attention",
+    "bench_shaw",
+    "encoding_costs",
+    "encoding_layers",
+    "softmax_attention",
+]
+
+# --------------------------------------------------------------------------------------
+# Side-by-side comparisons of chapter 11: Shaw's two forms, the bias attentions, and one
+# attention layer per encoding, each timed in interleaved rounds with its memory
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Methods timed together in interleaved rounds, with the tensor memory each creates.
+
+    Attributes:
+        label: the problem size, in words.
+        baseline: the method that :meth:`ratio` divides by.
+        samples: method -> seconds per call, one per round.
+        peaks: method -> peak bytes of the tensors one call creates
+            (:func:`peak_tensor_memory`).
+        max_error: the largest absolute difference between the methods' results.
+    """
+
+    label: str
+    baseline: str
+    samples: Mapping[str, tuple[float, ...]]
+    peaks: Mapping[str, int]
+    max_error: float
+
+    def time(self, method: str) -> Spread:
+        """Seconds per call of ``method`` over the rounds."""
+        return Spread.of(self.samples[method])
+
+    def ratio(self, method: str, yardstick: str | None = None) -> Spread:
+        """Per-round ratio of ``method``'s time to ``yardstick``'s (the baseline's by default)."""
+        return ratio_spread(self.samples, method, yardstick or self.baseline)
+
+    def lines(self, prefix: str = "") -> list[str]:
+        """One line per method: median time, ratio to the baseline, new tensors."""
+        return [
+            f"{prefix}{name:14s} {self.time(name).median * 1e3:8.2f} ms "
+            f"{self.ratio(name)!s:18s} {self.peaks[name] / 2**20:7.1f} MiB"
+            for name in self.samples
+        ]
+
+
+def _compare(
+    label: str,
+    methods: Mapping[str, Callable[[], Any]],
+    baseline: str,
+    *,
+    device: torch.device,
+    rounds: int,
+    target_s: float,
+    num_threads: int | None,
+) -> Comparison:
+    """Time ``methods`` in interleaved rounds, measure their memory, compare their results."""
+    with torch.no_grad():
+        samples = time_interleaved(
+            methods, rounds=rounds, target_s=target_s, device=device, num_threads=num_threads
+        )
+        peaks = {name: peak_tensor_memory(fn) for name, fn in methods.items()}
+        results = [tree_flatten(fn())[0] for fn in methods.values()]
+    error = max(
+        (
+            float((a - b).abs().max())
+            for other in results[1:]
+            for a, b in zip(results[0], other, strict=True)
+        ),
+        default=0.0,
+    )
+    return Comparison(label, baseline, {k: tuple(v) for k, v in samples.items()}, peaks, error)
+
+
+def _randn(*shape: int, device: torch.device) -> Tensor:
+    return torch.randn(*shape).to(device)  # drawn on the CPU: the same numbers everywhere
+
+
+def bench_shaw(
+    length: int = 1024,
+    *,
+    heads: int = 8,
+    head_dim: int = 64,
+    max_distance: int = 16,
+    device: torch.device | str = "cpu",
+    rounds: int = 5,
+    target_s: float = 0.02,
+    num_threads: int | None = 1,
+) -> Comparison:
+    """Shaw et al.'s key and value terms: the direct ``[L, L, Dh]`` form against the gather form.
+
+    ``"direct"`` is :func:`~pecode.relative.shaw_key_logits_naive` plus
+    :func:`~pecode.relative.shaw_value_term_naive`, ``"gather"`` their memory-efficient
+    forms (:func:`~pecode.relative.shaw_key_logits`, :func:`~pecode.relative.shaw_value_term`),
+    batch 1; the baseline is ``"direct"``.
+
+    Raises:
+        ValueError: a size is not a positive int (``max_distance`` may be 0), or
+            ``device`` is invalid.
+    """
+    for name, value in (("length", length), ("heads", heads), ("head_dim", head_dim)):
+        check_int(name, value)
+    check_int("max_distance", max_distance, minimum=0)
+    device = _check_device(device)
+    q = _randn(1, heads, length, head_dim, device=device)
+    weights = torch.softmax(_randn(1, heads, length, length, device=device), dim=-1)
+    rows_k = _randn(2 * max_distance + 1, head_dim, device=device)
+    rows_v = _randn(2 * max_distance + 1, head_dim, device=device)
+    pos = torch.arange(length, device=device)
+
+    def run(key_fn: Callable[..., Tensor], value_fn: Callable[..., Tensor]) -> Callable[[], Any]:
+        return lambda: (
+            key_fn(q, rows_k, pos, pos, max_distance),
+            value_fn(weights, rows_v, pos, pos, max_distance),
+        )
+
+    methods = {
+        "direct": run(shaw_key_logits_naive, shaw_value_term_naive),
+        "gather": run(shaw_key_logits, shaw_value_term),
+    }
+    label = f"L={length} H={heads} Dh={head_dim} k={max_distance}"
+    return _compare(
+        label,
+        methods,
+        "direct",
+        device=device,
+        rounds=rounds,
+        target_s=target_s,
+        num_threads=num_threads,
+    )
+
+
+def softmax_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float) -> Tensor:
+    """Hand-written attention ``softmax(q kᵀ · scale + bias) v`` (Vaswani et al. 2017, eq. 1).
+
+    The yardstick for :func:`torch.nn.functional.scaled_dot_product_attention` with a
+    float mask: it materializes the ``[B, H, Lq, Lk]`` logits and probabilities.
+
+    Shapes::
+
+        q: [B, H, Lq, Dh]    k, v: [B, H, Lk, Dh]    bias: broadcastable to [B, H, Lq, Lk]
+        returns: [B, H, Lq, Dh]
+    """
+    logits = torch.baddbmm(
+        bias.expand(*q.shape[:-2], q.shape[-2], k.shape[-2]).flatten(0, 1),
+        q.flatten(0, 1),
+        k.flatten(0, 1).transpose(-2, -1),
+        alpha=scale,
+    )
+    return (torch.softmax(logits, dim=-1) @ v.flatten(0, 1)).unflatten(0, q.shape[:2])
+
+
+def bench_bias_attention(
+    length: int = 1024,
+    *,
+    heads: int = 8,
+    head_dim: int = 64,
+    device: torch.device | str = "cpu",
+    rounds: int = 5,
+    target_s: float = 0.02,
+    num_threads: int | None = 1,
+) -> dict[str, Comparison]:
+    """ALiBi and T5 biases: PyTorch's fused attention with the bias as a float mask, against
+    :func:`softmax_attention` written by hand.
+
+    One :class:`Comparison` per bias (``"alibi"``: :func:`~pecode.alibi.alibi_bias` with
+    scale ``Dh^-1/2``; ``"t5"``: :class:`~pecode.relative.T5RelativePositionBias`'s bias,
+    scale 1 as in T5), methods ``"by hand"`` (the baseline) and ``"sdpa"``.
+
+    Raises:
+        ValueError: a size is not a positive int, or ``device`` is invalid.
+    """
+    for name, value in (("length", length), ("heads", heads), ("head_dim", head_dim)):
+        check_int(name, value)
+    device = _check_device(device)
+    q, k, v = (_randn(1, heads, length, head_dim, device=device) for _ in range(3))
+    positions = torch.arange(length, device=device)
+    t5 = T5RelativePositionBias(heads).to(device)
+    with torch.no_grad():
+        biases = {
+            "alibi": (alibi_bias(heads, length, device=device).unsqueeze(0), head_dim**-0.5),
+            "t5": (t5.position_bias(positions, positions).unsqueeze(0), 1.0),
+        }
+    label = f"L={length} H={heads} Dh={head_dim}"
+    return {
+        name: _compare(
+            label,
+            {
+                "by hand": lambda bias=bias, scale=scale: softmax_attention(q, k, v, bias, scale),
+                "sdpa": lambda bias=bias, scale=scale: F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=bias, scale=scale
+                ),
+            },
+            "by hand",
+            device=device,
+            rounds=rounds,
+            target_s=target_s,
+            num_threads=num_threads,
+        )
+        for name, (bias, scale) in biases.items()
+    }
+
+
+def encoding_layers(
+    length: int, *, dim: int = 128, heads: int = 4, max_distance: int = 16
+) -> dict[str, nn.Module]:
+    """One attention layer per encoding, every one of width ``dim`` with ``heads`` heads.
+
+    ``"none"`` is :class:`~pecode.attention.MultiHeadAttention` without positions; the
+    absolute encodings (sinusoidal, learned with ``length`` rows) are added to its
+    input; the others are its ``position`` scheme, with ``max_distance`` for Shaw and
+    DeBERTa.
+    """
+    head_dim = dim // heads
+
+    def attend(position: Any = None) -> MultiHeadAttention:
+        return MultiHeadAttention(dim, heads, position=position)
+
+    return {
+        "none": attend(),
+        "sinusoidal": nn.Sequential(SinusoidalPositionalEncoding(dim, max_len=length), attend()),
+        "learned": nn.Sequential(LearnedPositionalEncoding(length, dim), attend()),
+        "shaw": attend(ShawRelativePosition(head_dim, max_distance)),
+        "transformer-xl": attend(TransformerXLRelativePosition(dim, heads, head_dim)),
+        "t5": attend(T5RelativePositionBias(heads)),
+        "deberta": attend(DebertaRelativePosition(dim, heads, head_dim, max_distance)),
+        "alibi": attend(ALiBi(heads)),
+        "rope": attend(RotaryEmbedding(head_dim)),
+    }
+
+
+def encoding_costs(
+    lengths: Sequence[int] = (128, 512),
+    *,
+    dim: int = 128,
+    heads: int = 4,
+    max_distance: int = 16,
+    device: torch.device | str = "cpu",
+    rounds: int = 5,
+    target_s: float = 0.02,
+    num_threads: int | None = 1,
+) -> list[dict[str, Any]]:
+    """Parameters, extra memory and time of one attention layer's forward, per encoding.
+
+    For each length, the layers of :func:`encoding_layers` run on ``[1, length, dim]``
+    without gradient, timed together in interleaved rounds. One dict per encoding and
+    length: ``encoding``, ``length``, ``parameters`` (the encoding's own: the layer's
+    minus the layer without positions), ``extra_bytes`` (peak tensor memory of the
+    forward minus that of the layer without positions) and ``time_ratio`` (a
+    :class:`Spread` of the per-round ratio to that layer's time).
+
+    Raises:
+        ValueError: a size is not a positive int, or ``device`` is invalid.
+    """
+    device = _check_device(device)
+    rows = []
+    for length in lengths:
+        check_int("length", length)
+        layers = {
+            name: layer.to(device).eval()
+            for name, layer in encoding_layers(
+                length, dim=dim, heads=heads, max_distance=max_distance
+            ).items()
+        }
+        x = _randn(1, length, dim, device=device)
+        compared = _compare(
+            f"L={length} width={dim} H={heads}",
+            {name: (lambda layer=layer, x=x: layer(x)) for name, layer in layers.items()},
+            "none",
+            device=device,
+            rounds=rounds,
+            target_s=target_s,
+            num_threads=num_threads,
+        )
+        base = sum(p.numel() for p in layers["none"].parameters())
+        rows += [
+            {
+                "encoding": name,
+                "length": length,
+                "parameters": sum(p.numel() for p in layer.parameters()) - base,
+                "extra_bytes": compared.peaks[name] - compared.peaks["none"],
+                "time_ratio": compared.ratio(name),
+            }
+            for name, layer in layers.items()
+        ]
+    return rows
