@@ -30,9 +30,11 @@ scaling
     Long-context RoPE frequencies: linear, NTK-aware, dynamic, YaRN, Llama 3.1, LongRoPE
     (Phi-3), proportional (Gemma 4), a base change (chapter 10); ``hf_rope_arguments``
     and ``frequencies_from_hf_config`` read a Hugging Face ``config.json`` as it is.
-rope_kernels, rope_triton
+rope_kernels, rope_compiled, rope_triton
     The fast paths of ``apply_rope``: blocked CPU passes, the autograd Function whose
-    backward is the inverse rotation, and one Triton kernel on CUDA (chapter 11).
+    backward is the inverse rotation, one fused CPU kernel built by ``torch.compile``
+    (the switch ``compiled=``, environment variable ``PECODE_ROPE_COMPILE``) and one
+    Triton kernel on CUDA (chapter 11).
 hf
     Hugging Face attention layers rebuilt on pecode, weights copied (page 9b).
 bench

@@ -26,7 +26,8 @@ Hugging Face's ``rotary_emb(x, position_ids)``.
 
 This module is the math. :mod:`pecode.rope_kernels` holds the fast paths that
 :func:`apply_rope` hands its work to when they apply (the same numbers in fewer passes
-over memory, and a backward that is the inverse rotation).
+over memory, and a backward that is the inverse rotation), among them the kernel that
+``torch.compile`` builds on the CPU (:mod:`pecode.rope_compiled`).
 """
 
 from __future__ import annotations
@@ -128,12 +129,23 @@ def rope_cos_sin(
     return angles.cos(), angles.sin()
 
 
+def _check_compiled(compiled: object) -> None:
+    """``compiled`` must be None, a bool or ``"auto"`` (see :func:`apply_rope`)."""
+    if compiled is None or compiled is True or compiled is False:
+        return
+    if not isinstance(compiled, str):
+        raise TypeError(f"compiled must be a bool, 'auto' or None, got {type(compiled).__name__}")
+    if compiled != "auto":
+        raise ValueError(f"compiled must be True, False, 'auto' or None, got {compiled!r}")
+
+
 def _check_rope_inputs(
-    x: Tensor, cos: Tensor, sin: Tensor, layout: str, out: Tensor | None
+    x: Tensor, cos: Tensor, sin: Tensor, layout: str, out: Tensor | None, compiled: object = None
 ) -> None:
     """The checks of :func:`apply_rope`, cheap enough for a decode step (no loop, no copy)."""
     if layout != "half" and layout != "interleaved":
         raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
+    _check_compiled(compiled)
     if not (
         isinstance(x, Tensor)
         and isinstance(cos, Tensor)
@@ -226,7 +238,13 @@ def _check_out(out: Tensor, x: Tensor, cos: Tensor, sin: Tensor, shape: torch.Si
 
 
 def apply_rope(
-    x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half", *, out: Tensor | None = None
+    x: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    layout: str = "half",
+    *,
+    out: Tensor | None = None,
+    compiled: bool | str | None = None,
 ) -> Tensor:
     """Rotate each feature pair of ``x`` by its position's angle (RoFormer §3.4.2).
 
@@ -246,7 +264,12 @@ def apply_rope(
     arithmetic is float32 or float64 and the tables need no gradient,
     :mod:`pecode.rope_kernels` computes the same numbers in fewer passes over memory,
     with a backward that is the rotation by ``-θ``; under ``torch.compile``,
-    ``torch.export`` and ``torch.func`` transforms the formula runs as written.
+    ``torch.export`` and ``torch.func`` transforms the formula runs as written. On the
+    CPU a kernel built by ``torch.compile`` (:mod:`pecode.rope_compiled`) does it in one
+    pass: ``compiled=None`` follows the environment variable ``PECODE_ROPE_COMPILE``
+    (default ``"auto"``: large half-layout or bf16 inputs, never a decoding step, the
+    first such call compiling for seconds; eager when no C++ compiler works),
+    ``True`` always where it applies, ``False`` never.
 
     Shapes::
 
@@ -259,16 +282,19 @@ def apply_rope(
         returns:  [..., L, dim] (the broadcast shape), x.dtype
 
     Raises:
-        TypeError: an input is not a floating tensor, or ``out`` is not a tensor of
-            ``x``'s dtype.
+        TypeError: an input is not a floating tensor, ``out`` is not a tensor of
+            ``x``'s dtype, or ``compiled`` is not a bool, ``"auto"`` or None.
         ValueError: ``dim`` is odd, the tables do not fit ``x`` (batched tables with fewer
-            axes than ``x`` included: their batch would meet x's heads), ``layout`` is unknown, or
+            axes than ``x`` included: their batch would meet x's heads), ``layout`` is unknown,
             ``out`` has the wrong shape or device, shares memory with an input, or is
-            given while an input requires grad.
+            given while an input requires grad, or ``compiled`` (or
+            ``PECODE_ROPE_COMPILE``) has an unknown value.
+        RuntimeError: ``compiled=True`` (or ``PECODE_ROPE_COMPILE=1``) where no C++
+            compiler works.
     """
-    _check_rope_inputs(x, cos, sin, layout, out)
+    _check_rope_inputs(x, cos, sin, layout, out, compiled)
     if rope_kernels.can_rotate(x, cos, sin):
-        return rope_kernels.rotate(x, cos, sin, layout, out=out)
+        return rope_kernels.rotate(x, cos, sin, layout, out=out, compiled=compiled)
     rotated = rope_formula(x, cos, sin, layout)
     return rotated if out is None else out.copy_(rotated)
 
@@ -451,7 +477,9 @@ def apply_rope_complex(
     return torch.cat((turned.real, turned.imag), dim=-1)
 
 
-def apply_partial_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Tensor:
+def apply_partial_rope(
+    x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half", *, compiled: bool | str | None = None
+) -> Tensor:
     """Rotate the first ``2 * cos.shape[-1]`` features of ``x`` and pass the rest through.
 
     Partial rotary embedding as in GPT-NeoX (``rotary_pct``, half layout) and GPT-J
@@ -464,6 +492,8 @@ def apply_partial_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half"
         cos, sin: [..., L, rotary_dim // 2] with rotary_dim <= dim
         returns:  [..., L, dim]
 
+    ``compiled`` is :func:`apply_rope`'s switch.
+
     Raises:
         ValueError: ``rotary_dim`` exceeds ``dim``; see :func:`apply_rope` for the rest.
     """
@@ -471,8 +501,8 @@ def apply_partial_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half"
     if rotary_dim > x.shape[-1]:
         raise ValueError(f"the tables rotate {rotary_dim} features but x has only {x.shape[-1]}")
     if rotary_dim == x.shape[-1]:  # full rotation: no pass-through features to copy
-        return apply_rope(x, cos, sin, layout)
-    rotated = apply_rope(x[..., :rotary_dim], cos, sin, layout)
+        return apply_rope(x, cos, sin, layout, compiled=compiled)
+    rotated = apply_rope(x[..., :rotary_dim], cos, sin, layout, compiled=compiled)
     return torch.cat((rotated, x[..., rotary_dim:]), dim=-1)
 
 
@@ -582,14 +612,17 @@ class RotaryEmbedding(PositionScheme):
             change keep their old rotation, as in transformers.
         scaling_params: that kind's parameters (``factor``, ...), without ``seq_len``,
             which ``"dynamic"`` and ``"longrope"`` take from the positions of each call.
+        compiled: :func:`apply_rope`'s switch for the compiled CPU kernel (None: the
+            environment variable ``PECODE_ROPE_COMPILE``, ``"auto"`` by default); the
+            attribute ``compiled`` can be changed later.
 
     Raises:
         TypeError, ValueError: ``head_dim``/``rotary_dim`` not positive and even,
             ``rotary_dim > head_dim``, an unknown layout, ``base`` not a finite number
             greater than 1, ``initial_positions`` not a non-negative int, a ``dtype``
             other than float32/float64, a scaling kind or parameter that
-            :func:`pecode.scaling.rope_frequencies` rejects, or a ``seq_len`` in
-            ``scaling_params``.
+            :func:`pecode.scaling.rope_frequencies` rejects, a ``seq_len`` in
+            ``scaling_params``, or a ``compiled`` other than a bool, ``"auto"`` or None.
     """
 
     def __init__(
@@ -603,6 +636,7 @@ class RotaryEmbedding(PositionScheme):
         dtype: torch.dtype = torch.float32,
         scaling: str | None = None,
         scaling_params: Mapping[str, Any] | None = None,
+        compiled: bool | str | None = None,
     ) -> None:
         super().__init__()
         check_rope_dim("head_dim", head_dim)
@@ -630,6 +664,8 @@ class RotaryEmbedding(PositionScheme):
         self.head_dim, self.rotary_dim, self.layout = head_dim, rotary_dim, layout
         self.base, self.table_dtype = check_rope_base("base", base), dtype
         self.scaling, self.scaling_params = scaling, dict(scaling_params or {})
+        _check_compiled(compiled)
+        self.compiled = compiled
         # The frequencies of the tables, in float64 on the CPU even when the module is
         # built on "meta": everything the tables are rebuilt from (validates the scaling).
         with torch.device("cpu"):
@@ -922,7 +958,7 @@ class RotaryEmbedding(PositionScheme):
         if batched:  # [B, L, r] -> [B, 1, L, r], shared by the heads
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         cos, sin = cos.to(x.device), sin.to(x.device)
-        return apply_partial_rope(x, cos, sin, self.layout)
+        return apply_partial_rope(x, cos, sin, self.layout, compiled=self.compiled)
 
     def transform_qk(
         self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor

@@ -13,6 +13,11 @@ and :func:`rotate` picks the path:
 * **CUDA**, when Triton imports: one kernel of :mod:`pecode.rope_triton` for any size,
   one read and one write of each element, with or without gradients (the backward is
   the same kernel rotating by ``-θ``), into ``out`` when given;
+* **the CPU, compiled**: where ``apply_rope``'s switch ``compiled`` (by default the
+  environment variable ``PECODE_ROPE_COMPILE``, ``"auto"``) asks for it, one kernel
+  that ``torch.compile`` builds, forward and backward (:mod:`pecode.rope_compiled`);
+  ``"auto"`` takes large half-layout and bf16 inputs, never a decoding step, and only
+  while a C++ compiler works;
 * **small inputs** otherwise (a decode step: one token, every head): :func:`rotate_small`,
   the element-wise formula in the fewest PyTorch calls, because there the calls, not
   the memory, cost the time; differentiable;
@@ -47,6 +52,8 @@ from typing import Any
 import torch
 import torch.autograd.forward_ad as forward_ad
 from torch import Tensor
+
+from pecode import rope_compiled
 
 __all__ = [
     "RotateFunction",
@@ -86,11 +93,21 @@ def can_rotate(x: Tensor, cos: Tensor, sin: Tensor) -> bool:
     return torch.promote_types(x.dtype, cos.dtype) in _WIDE
 
 
-def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str, out: Tensor | None = None) -> Tensor:
+def rotate(
+    x: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    layout: str,
+    out: Tensor | None = None,
+    compiled: bool | str | None = None,
+) -> Tensor:
     """Rotate ``x`` as :func:`pecode.rope.apply_rope` does, on the fastest path that applies.
 
     ``apply_rope`` has checked the arguments and :func:`can_rotate`; ``out``, if given,
-    has the result's shape and ``x``'s dtype and no gradient is needed.
+    has the result's shape and ``x``'s dtype and no gradient is needed. On the CPU,
+    :func:`pecode.rope_compiled.rotate` is asked first, with the switch ``compiled``,
+    except for small inputs (at most ``SMALL_NUMEL`` elements) unless
+    ``compiled=True``: a decoding step never reads the environment variable.
 
     Shapes::
 
@@ -104,6 +121,10 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str, out: Tensor | None 
         cos = cos.to(work)
     if sin.dtype != work:
         sin = sin.to(work)
+    if x.is_cpu and (compiled is True or (compiled is not False and x.numel() > SMALL_NUMEL)):
+        rotated = rope_compiled.rotate(x, cos, sin, layout, out, compiled)
+        if rotated is not None:
+            return rotated
     if x.numel() <= SMALL_NUMEL and not _use_triton(x, cos, sin, out):
         rotated = rotate_small(x, cos, sin, layout)
         return rotated if out is None else out.copy_(rotated)

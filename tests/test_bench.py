@@ -19,7 +19,7 @@ import types
 import pytest
 import torch
 
-from pecode import bench
+from pecode import bench, rope_compiled
 from pecode.bench import attention_cases, cli, harness, peak_tensor_memory, records, rope_cases
 from pecode.bench.attention_cases import _compare
 from pecode.bench.rope_cases import _max_errors
@@ -301,6 +301,39 @@ def test_every_rope_method_runs_and_returns_finite_positive_numbers():
     assert sum(line.startswith(tuple(names)) for line in text.splitlines()) == len(names)
 
 
+def test_cases_table_has_a_row_per_method_with_ratios_computed_round_by_round():
+    # hand-made samples: apply_rope takes 1.5 copies and half the peer's time every round
+    samples = {
+        "copy_": (1.0, 2.0, 4.0),
+        "clone": (1.0, 2.0, 4.0),
+        "apply_rope half": (1.5, 3.0, 6.0),
+        "hf": (3.0, 6.0, 12.0),
+    }
+    case = bench.Case(
+        "tiny",
+        (1, 2, 64, 8),
+        "float32",
+        "cpu",
+        7,
+        1,
+        3,
+        samples,
+        dict.fromkeys(samples, "forward"),
+        {"copy_": "yardstick", "clone": "yardstick", "apply_rope half": "pecode", "hf": "peer"},
+        {"copy_": math.nan, "clone": math.nan, "apply_rope half": 2.5e-7, "hf": 1e-6},
+    )
+    table = bench.cases_table([case, case])
+    assert table.header[:2] == ["case", "method"]
+    assert len(table.rows) == 2 * len(samples)
+    row = dict(zip(table.header, table.rows[2], strict=True))
+    assert row["case"] == "L = 64, float32, at 7"
+    assert (row["method"], row["mode"]) == ("apply_rope half", "fwd")
+    assert row["× copy_"] == "1.50 [1.50, 1.50]"
+    assert row["× fastest peer"] == "0.50 [0.50, 0.50] (hf)"
+    assert row["max |err|"] == "2.5e-07"
+    assert dict(zip(table.header, table.rows[0], strict=True))["max |err|"] == ""
+
+
 def test_bf16_and_decode_cases_run():
     case = bench.bench_rope_decode(
         heads=2, head_dim=8, dtype=torch.bfloat16, rounds=1, target_s=1e-3, peers=False
@@ -440,7 +473,21 @@ def test_out_rows_appear_when_apply_rope_takes_out(monkeypatch):
     for layout in ("half", "interleaved"):
         assert case.max_errors[f"apply_rope {layout} out="] < 1e-6
     assert any(calls)
-    assert not case.notes  # no 'no out= rows' note
+    assert not [note for note in case.notes if "out=" in note]  # no 'no out= rows' note
+
+
+@pytest.mark.skipif(
+    rope_compiled.compiler_missing() is not None, reason="needs a C++ compiler for torch.compile"
+)
+def test_compiled_rows_rotate_as_float64_does_and_their_build_is_noted():
+    case = bench.bench_rope_case(TINY, rounds=1, target_s=1e-3, peers=False, textbook=False)
+    for layout in ("half", "interleaved"):
+        for suffix in (" compiled", " compiled out=", " compiled fwd+bwd"):
+            assert case.max_errors[f"apply_rope {layout}{suffix}"] < 1e-6, (layout, suffix)
+    assert any("compiled rows' first calls took" in note for note in case.notes)
+    eager = bench.rope_methods(TINY, peers=False, textbook=False, compiled=False)
+    assert not [name for name in eager.methods if "compiled" in name]
+    assert "CPU's" in rope_cases._compiled_unavailable(torch.device("cuda"))
 
 
 def test_every_public_name_is_defined_in_one_module_and_importable_from_the_package():

@@ -174,6 +174,7 @@ def _names(name: str) -> list[tuple[str, ...]]:
         ("half", ("half",)),
         ("interleaved", ("interleaved",)),
         ("out=", ("out=",)),
+        ("compiled", ("compiled", "compiler", "fused")),
         ("textbook", ("textbook",)),
         ("identity", ("identity",)),
         ("hf ", ("Hugging Face", "HF")),

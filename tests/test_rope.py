@@ -10,13 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pecode.attention import MultiHeadAttention, forward_in_chunks
+from pecode.bench import peak_tensor_memory
 from pecode.reference.rope import (
     rope_attention_loop,
     rope_inv_freq_loop,
     rope_loop,
     rope_matrix_loop,
 )
-from pecode.relative import peak_tensor_memory
 from pecode.rope import (
     RotaryEmbedding,
     apply_partial_rope,

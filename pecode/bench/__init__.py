@@ -39,7 +39,7 @@ The package has one module per part; every name above is importable from
   (:func:`peak_tensor_memory`) and the thread and device helpers;
 * ``pecode.bench.rope_cases``: the RoPE methods and cases (:func:`rope_methods`,
   :class:`Case`, :func:`bench_rope_case`, :func:`bench_rope_sweep`,
-  :func:`bench_rope_decode`, :func:`format_cases`);
+  :func:`bench_rope_decode`, :func:`format_cases`, :func:`cases_table`);
 * ``pecode.bench.attention_cases``: chapter 11's other comparisons
   (:class:`Comparison`, :func:`bench_shaw`, :func:`bench_bias_attention`,
   :func:`encoding_layers`, :func:`encoding_costs`);
@@ -78,6 +78,7 @@ from pecode.bench.rope_cases import (
     bench_rope_case,
     bench_rope_decode,
     bench_rope_sweep,
+    cases_table,
     format_cases,
     rope_methods,
 )
@@ -104,6 +105,7 @@ __all__ = [
     "bench_rope_decode",
     "bench_rope_sweep",
     "bench_shaw",
+    "cases_table",
     "encoding_costs",
     "encoding_layers",
     "format_cases",

@@ -59,6 +59,11 @@ def main(argv: Sequence[str] | None = None) -> list[Case]:
     parser.add_argument("--no-decode", action="store_true", help="skip the decode step")
     parser.add_argument("--no-backward", action="store_true", help="forward only")
     parser.add_argument("--no-peers", action="store_true", help="leave out the other libraries")
+    parser.add_argument(
+        "--no-compiled",
+        action="store_true",
+        help="leave out the rows of the kernel torch.compile builds on the CPU",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the cases as JSON")
     parser.add_argument(
         "--attention", action="store_true", help="also the Shaw and bias-attention tables"
@@ -79,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> list[Case]:
             "target_s": target_s,
             "num_threads": args.threads,
             "peers": not args.no_peers,
+            "compiled": not args.no_compiled,
             "batch": args.batch,
             "heads": args.heads,
             "head_dim": args.head_dim,

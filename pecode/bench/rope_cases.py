@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import itertools
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -24,7 +26,14 @@ import torch
 from torch import Tensor
 
 from pecode._checks import check_int
-from pecode.bench.harness import Spread, _check_device, _device_name, ratio_spread, time_interleaved
+from pecode.bench.harness import (
+    Spread,
+    _check_device,
+    _device_name,
+    _torch_threads,
+    ratio_spread,
+    time_interleaved,
+)
 from pecode.rope import (
     apply_rope,
     apply_rope_complex,
@@ -32,6 +41,7 @@ from pecode.rope import (
     rope_cos_sin,
     rope_inv_freq,
 )
+from pecode.utils import Table
 
 __all__ = [
     "Case",
@@ -42,6 +52,7 @@ __all__ = [
     "bench_rope_case",
     "bench_rope_decode",
     "bench_rope_sweep",
+    "cases_table",
     "format_cases",
     "rope_methods",
 ]
@@ -75,12 +86,23 @@ def _import_peer(module: str, attribute: str) -> tuple[Any, str]:
         return None, f"{type(err).__name__}: {err}".splitlines()[0]
 
 
-def _accepts_out(fn: Callable[..., Any]) -> bool:
-    """Whether ``fn`` takes an ``out`` argument (``apply_rope`` gained one in issue 16)."""
+def _accepts(fn: Callable[..., Any], argument: str) -> bool:
+    """Whether ``fn`` takes ``argument`` (an older pecode's apply_rope may not)."""
     try:
-        return "out" in inspect.signature(fn).parameters
+        return argument in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
+
+
+def _compiled_unavailable(device: torch.device) -> str | None:
+    """Why this case has no compiled rows, or None when pecode can build its CPU kernel."""
+    if device.type != "cpu":
+        return f"the compiled kernel is the CPU's ({device.type} has its own paths)"
+    try:
+        rope_compiled = importlib.import_module("pecode.rope_compiled")
+    except ImportError:
+        return "this pecode has no pecode.rope_compiled"
+    return rope_compiled.unavailable_reason() or rope_compiled.compiler_missing()
 
 
 @dataclass(frozen=True)
@@ -174,6 +196,7 @@ def rope_methods(
     backward: bool = True,
     peers: bool = True,
     textbook: bool = True,
+    compiled: bool = True,
     seed: int = 0,
 ) -> RopeSetup:
     """The methods one RoPE case times, on one query and one key of ``shape``.
@@ -182,7 +205,11 @@ def rope_methods(
 
     * yardsticks: ``copy_`` (q and k into tensors allocated beforehand), ``clone``;
     * ``apply_rope <layout>`` for each of ``layouts``, and ``apply_rope <layout> out=``
-      into preallocated tensors when :func:`~pecode.rope.apply_rope` takes ``out``;
+      into preallocated tensors when :func:`~pecode.rope.apply_rope` takes ``out``: the
+      eager paths (``compiled=False``);
+    * with ``compiled``, on a CPU where :mod:`pecode.rope_compiled` can build its kernel,
+      the same as ``apply_rope <layout> compiled`` (and ``... compiled out=``):
+      ``compiled=True``, one pass built by ``torch.compile``;
     * with ``textbook``: ``rotate_half textbook`` (:func:`~pecode.rope.apply_rope_rotate_half`
       with full-width tables made beforehand, half layout) and ``complex textbook``
       (:func:`~pecode.rope.apply_rope_complex`, interleaved; it builds its table at
@@ -197,7 +224,8 @@ def rope_methods(
     * with ``backward``, the same as forward + backward: ``identity fwd+bwd``
       (clone q and k, backward: the least arithmetic a training path can do, though
       not always the least time, since its outputs and gradients are new memory),
-      ``apply_rope <layout> fwd+bwd`` and the peers' ``... fwd+bwd``.
+      ``apply_rope <layout> fwd+bwd`` (and ``... compiled fwd+bwd``) and the peers'
+      ``... fwd+bwd``.
 
     The tables hold positions ``position, ..., position + L - 1``; a decode step is
     ``L = 1`` at a large ``position``. Random data is made on the CPU with ``seed``,
@@ -290,23 +318,33 @@ def rope_methods(
 
     forward("copy_", lambda: (q_out.copy_(q), k_out.copy_(k)), YARDSTICK, None)
     forward("clone", lambda: (q.clone(), k.clone()), YARDSTICK, None)
-    has_out = _accepts_out(apply_rope)
-    for layout in layouts:
+    has_out = _accepts(apply_rope, "out")
+    has_switch = _accepts(apply_rope, "compiled")
+    paths = {"": {"compiled": False} if has_switch else {}}
+    if compiled:
+        reason = _compiled_unavailable(device) or (
+            None if has_switch else "apply_rope takes no compiled= argument"
+        )
+        if reason is None:
+            paths[" compiled"] = {"compiled": True}
+        else:
+            notes.append(f"no compiled rows: {reason}")
+    for (suffix, switch), layout in itertools.product(paths.items(), layouts):
         forward(
-            f"apply_rope {layout}",
-            lambda layout=layout: (
-                apply_rope(q, cos, sin, layout),
-                apply_rope(k, cos, sin, layout),
+            f"apply_rope {layout}{suffix}",
+            lambda layout=layout, switch=switch: (
+                apply_rope(q, cos, sin, layout, **switch),
+                apply_rope(k, cos, sin, layout, **switch),
             ),
             "pecode",
             layout,
         )
         if has_out:
             forward(
-                f"apply_rope {layout} out=",
-                lambda layout=layout: (
-                    apply_rope(q, cos, sin, layout, out=q_out),
-                    apply_rope(k, cos, sin, layout, out=k_out),
+                f"apply_rope {layout}{suffix} out=",
+                lambda layout=layout, switch=switch: (
+                    apply_rope(q, cos, sin, layout, out=q_out, **switch),
+                    apply_rope(k, cos, sin, layout, out=k_out, **switch),
                 ),
                 "pecode",
                 layout,
@@ -336,12 +374,12 @@ def rope_methods(
                 "interleaved",
             )
     training("identity fwd+bwd", lambda a, b: (a.clone(), b.clone()), YARDSTICK, None)
-    for layout in layouts:
+    for (suffix, switch), layout in itertools.product(paths.items(), layouts):
         training(
-            f"apply_rope {layout} fwd+bwd",
-            lambda a, b, layout=layout: (
-                apply_rope(a, cos, sin, layout),
-                apply_rope(b, cos, sin, layout),
+            f"apply_rope {layout}{suffix} fwd+bwd",
+            lambda a, b, layout=layout, switch=switch: (
+                apply_rope(a, cos, sin, layout, **switch),
+                apply_rope(b, cos, sin, layout, **switch),
             ),
             "pecode",
             layout,
@@ -660,6 +698,7 @@ def bench_rope_case(
     backward: bool = True,
     peers: bool = True,
     textbook: bool = True,
+    compiled: bool = True,
     rounds: int = 5,
     shuffle: bool = False,
     target_s: float = 0.05,
@@ -692,9 +731,22 @@ def bench_rope_case(
         backward=backward,
         peers=peers,
         textbook=textbook,
+        compiled=compiled,
         seed=seed,
     )
-    errors = _max_errors(setup)
+    compiled = [name for name in setup.methods if " compiled" in name]
+    with _torch_threads(num_threads):  # a kernel is built for the thread count it runs on
+        start = time.perf_counter()
+        for name in compiled:
+            setup.methods[name].fn()
+        building = time.perf_counter() - start
+        errors = _max_errors(setup)
+    notes = setup.notes
+    if compiled:
+        notes += (
+            f"the compiled rows' first calls took {building:.1f} s in all, outside the "
+            "timed rounds (building the kernels, where this process had not built them yet)",
+        )
     samples = time_interleaved(
         {name: m.fn for name, m in setup.methods.items()},
         rounds=rounds,
@@ -720,7 +772,7 @@ def bench_rope_case(
         {name: m.mode for name, m in setup.methods.items()},
         {name: m.kind for name, m in setup.methods.items()},
         errors,
-        setup.notes,
+        notes,
     )
 
 
@@ -805,8 +857,9 @@ def format_cases(cases: Sequence[Case]) -> str:
         f"RoPE on q and k, {first.device}, {threads}, {first.rounds} interleaved rounds; "
         "ratios: median [quartiles] of per-round ratios",
     ]
+    width = max(31, *(len(name) for case in cases for name in case.samples))
     header = (
-        f"{'method':31s} {'mode':7s} {'median':>10s} {'min':>10s}  {'x copy_':18s} "
+        f"{'method':{width}s} {'mode':7s} {'median':>10s} {'min':>10s}  {'x copy_':18s} "
         f"{'x clone':18s} {'x peer':18s} {'max |err|':>9s}"
     )
     notes: list[str] = []
@@ -815,8 +868,9 @@ def format_cases(cases: Sequence[Case]) -> str:
         for row in case.rows():
             error = "" if math.isnan(row.max_error) else f"{row.max_error:.1e}"
             lines.append(
-                f"{row.method:31s} {_MODE_SHORT[row.mode]:7s} {_seconds(row.time.median):>10s} "
-                f"{_seconds(row.time.min):>10s}  {_ratio(row.vs_copy):18s} "
+                f"{row.method:{width}s} {_MODE_SHORT[row.mode]:7s} "
+                f"{_seconds(row.time.median):>10s} {_seconds(row.time.min):>10s}  "
+                f"{_ratio(row.vs_copy):18s} "
                 f"{_ratio(row.vs_clone):18s} {_ratio(row.vs_peer):18s} {error:>9s}"
             )
         peers = [f"{_MODE_SHORT[m]} {case.best_peer(m)}" for m in _MODE_SHORT if case.best_peer(m)]
@@ -824,3 +878,35 @@ def format_cases(cases: Sequence[Case]) -> str:
         notes += [note for note in case.notes if note not in notes]
     lines += [""] + [f"note: {note}" for note in notes]
     return "\n".join(lines).rstrip("\n")
+
+
+def cases_table(cases: Sequence[Case]) -> Table:
+    """The numbers of :func:`format_cases` as one :class:`~pecode.utils.Table`, for a page.
+
+    One row per method and case. Columns: the case (``L``, dtype and, when not 0, the
+    first position), the method, its mode, the median time per call, the median and
+    quartiles of its per-round ratio to ``copy_``, to ``clone`` and to the fastest peer of
+    its mode (named in the cell), and the largest error against the float64 rotation.
+    """
+    header = ["case", "method", "mode", "median", "× copy_", "× clone", "× fastest peer"]
+    rows = []
+    for case in cases:
+        where = f"L = {case.shape[2]}, {case.dtype}"
+        if case.position:
+            where += f", at {case.position}"
+        for row in case.rows():
+            error = "" if math.isnan(row.max_error) else f"{row.max_error:.1e}"
+            peer = f"{row.vs_peer} ({row.peer})" if row.vs_peer is not None else ""
+            rows.append(
+                [
+                    where,
+                    row.method,
+                    _MODE_SHORT[row.mode],
+                    _seconds(row.time.median).strip(),
+                    str(row.vs_copy),
+                    str(row.vs_clone),
+                    peer,
+                    error,
+                ]
+            )
+    return Table([*header, "max |err|"], rows)
