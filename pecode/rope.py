@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pecode import rope_kernels
+from pecode import rope_compiled, rope_kernels
 from pecode._checks import check_int, check_integer_tensor, check_positions
 from pecode.attention import PositionScheme
 from pecode.frequencies import check_rope_base, check_rope_dim, rope_inv_freq
@@ -129,23 +129,14 @@ def rope_cos_sin(
     return angles.cos(), angles.sin()
 
 
-def _check_compiled(compiled: object) -> None:
-    """``compiled`` must be None, a bool or ``"auto"`` (see :func:`apply_rope`)."""
-    if compiled is None or compiled is True or compiled is False:
-        return
-    if not isinstance(compiled, str):
-        raise TypeError(f"compiled must be a bool, 'auto' or None, got {type(compiled).__name__}")
-    if compiled != "auto":
-        raise ValueError(f"compiled must be True, False, 'auto' or None, got {compiled!r}")
-
-
 def _check_rope_inputs(
     x: Tensor, cos: Tensor, sin: Tensor, layout: str, out: Tensor | None, compiled: object = None
 ) -> None:
     """The checks of :func:`apply_rope`, cheap enough for a decode step (no loop, no copy)."""
     if layout != "half" and layout != "interleaved":
         raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
-    _check_compiled(compiled)
+    if compiled is not None or not torch.compiler.is_compiling():  # no guard on the environment
+        rope_compiled.resolve_mode(compiled)  # None: the environment variable, at every call
     if not (
         isinstance(x, Tensor)
         and isinstance(cos, Tensor)
@@ -664,7 +655,8 @@ class RotaryEmbedding(PositionScheme):
         self.head_dim, self.rotary_dim, self.layout = head_dim, rotary_dim, layout
         self.base, self.table_dtype = check_rope_base("base", base), dtype
         self.scaling, self.scaling_params = scaling, dict(scaling_params or {})
-        _check_compiled(compiled)
+        if compiled is not None:  # None reads the environment variable at each call
+            rope_compiled.resolve_mode(compiled)
         self.compiled = compiled
         # The frequencies of the tables, in float64 on the CPU even when the module is
         # built on "meta": everything the tables are rebuilt from (validates the scaling).

@@ -15,26 +15,29 @@ bf16/fp16 results are the float32 rotation rounded once, as in the eager path. A
 pair is one 32-bit word, and the interleaved kernel for bf16 rotates words: it widens
 each half to float32 by a shift and rounds back to nearest-even on the bits, so that
 the compiler can vectorise it (its loop over pairs of 2-byte elements stays scalar).
-Training uses :class:`CompiledRotate`, whose backward is the same kernel rotating by
+Training uses an autograd Function whose backward is the same kernel rotating by
 ``-θ``: one read and one write of each element in each direction.
 
 **The switch.** :func:`pecode.rope.apply_rope` takes ``compiled=``; ``None`` (the
 default) reads the environment variable ``PECODE_ROPE_COMPILE`` (:data:`ENV_VAR`) at
-each call above ``pecode.rope_kernels.SMALL_NUMEL`` elements (smaller inputs, a
-decoding step among them, stay eager without reading it: there a compiled call, with
-its guards and wrappers (a few hundred microseconds on a slow 2-core machine), costs
-more than the rotation):
+each call, and a bad value raises there, whatever the size. Only inputs above
+``pecode.rope_kernels.SMALL_NUMEL`` elements follow it (smaller inputs, a decoding step
+among them, stay eager: there a compiled call, with its guards and wrappers (a few
+hundred microseconds on a slow 2-core machine), costs more than the rotation):
 
 * ``"auto"`` (or unset, or empty): compile only where it pays and cannot surprise:
   a CPU input of at least :data:`AUTO_MIN_NUMEL` elements, more than one position (a
   decoding step never compiles), in a layout and dtype where the eager path needs more
   than one pass (the half layout, and interleaved bf16; interleaved float32 is one
-  complex multiplication already), on Linux with a C++ compiler on the ``PATH``. The
-  first such call compiles (seconds, once per kernel and process; the kernels are also
-  cached on disk by Inductor); later calls of any length reuse it. If the compiler is
-  missing or fails, apply_rope stays eager for the rest of the process and says so
-  once, as an INFO record of the ``pecode.rope_compiled`` logger (silent unless logging
-  is configured) and in :func:`unavailable_reason`; nothing is written to stderr;
+  complex multiplication already), on Linux with a C++ compiler on the ``PATH``. A call
+  compiles (seconds; Inductor also caches the build on disk, so that a later process
+  mostly loads it) the first time it meets a new variant (below); later calls of the
+  same variant, at any length, reuse it. If the compiler is missing or fails to build a
+  kernel, apply_rope stays eager for the rest of the process and says so once, as an
+  INFO record of the ``pecode.rope_compiled`` logger (silent unless logging is
+  configured; the compiler's full message is a DEBUG record) and in
+  :func:`unavailable_reason`; nothing is written to stderr. Any other error (a bad
+  input, memory) is raised as it is and changes nothing;
 * ``"1"`` (``"true"``, ``"on"``, ``"yes"``): use the compiled kernel for every CPU input
   it takes, in both layouts; ``compiled=True`` does so for small inputs too. A missing
   or failing compiler raises ``RuntimeError``;
@@ -44,18 +47,25 @@ Whatever the switch, the compiled path is skipped (and apply_rope runs its other
 paths) where :func:`pecode.rope_kernels.can_rotate` says no (inside ``torch.compile``,
 ``torch.export`` or ``torch.func`` transforms, tables that need gradients, float64
 arithmetic, bf16 tables), off the CPU (CUDA has its Triton kernel), under a
-``TorchDispatchMode``, for tensor subclasses, and for shapes and strides outside
-:func:`plan`'s few (``x`` contiguous, or ``[B, H, L, dim]`` viewed from
-``[B, L, H, dim]`` as attention's split heads give; tables shared by every row or one
-per batch row; ``out`` contiguous).
+``TorchDispatchMode`` or a ``TorchFunctionMode`` (``torch.set_default_device`` and
+``with torch.device(...)`` among them), for tensor subclasses, and for shapes and
+strides outside the few the kernels take: ``x`` contiguous, or ``[B, H, L, dim]`` viewed
+from ``[B, L, H, dim]`` as attention's split heads give; tables shared by every row
+(``[L, dim/2]``, or leading axes of size 1, no more axes than ``x``) or one per batch
+row (``[B, 1, L, dim/2]``); ``out`` contiguous. In the interleaved layout, a bf16 ``x``
+whose pairs do not start at even offsets (an odd storage offset) is rotated eagerly.
 
-**Few compiled variants.** The lengths, heads and batch are dynamic dimensions, so a
-new length does not recompile. One kernel per layout and dtype; within it, a variant
-for tables shared or per batch row, for contiguous or split-head ``x``, for sizes of 1
-(PyTorch specialises them) and for each thread count (``torch.compile`` guards on
-``torch.get_num_threads()``). A kernel stops compiling after :data:`MAX_GRAPHS`
-variants (a later new variant runs eagerly), below ``torch._dynamo``'s own recompile
-limit, which would otherwise warn on stderr. :func:`compile_count` counts them.
+**Compiled variants.** The lengths, heads and batch are dynamic dimensions, so a new
+length does not recompile. There is one kernel per layout and dtype, and within it a
+graph per variant that ``torch.compile`` tells apart: tables shared or per batch row,
+contiguous or split-head ``x`` (a gradient in backward may bring a layout of its own),
+sizes of 1 (PyTorch specialises them), each thread count (it guards on
+``torch.get_num_threads()``), inference mode. Each new variant compiles once per
+process. A kernel compiles at most :data:`MAX_GRAPHS` variants (or
+``torch._dynamo.config.recompile_limit``, if lower, so that dynamo never warns on
+stderr): past that, the variants it has keep running compiled and a new one runs the
+kernel's formula eagerly. :func:`compile_count` counts the graphs, :func:`run_count`
+the calls that ran one.
 """
 
 from __future__ import annotations
@@ -64,6 +74,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import types
 import warnings
 from collections.abc import Callable
@@ -76,12 +87,10 @@ __all__ = [
     "AUTO_MIN_NUMEL",
     "ENV_VAR",
     "MAX_GRAPHS",
-    "CompiledRotate",
     "compile_count",
     "compiler_missing",
-    "plan",
     "resolve_mode",
-    "rotate",
+    "run_count",
     "unavailable_reason",
 ]
 
@@ -99,22 +108,25 @@ guards, Inductor's wrapper, the views), so it is slower below about 2^19 element
 eager's time; half bf16: 0.3-0.4x; interleaved bf16: about 0.85x)."""
 
 MAX_GRAPHS = 6
-"""Compiled variants per kernel (layout and dtype) before new variants run eagerly."""
+"""Compiled variants per kernel (layout and dtype); a new variant past them runs eagerly."""
 
 _ON = ("1", "true", "on", "yes")
 _OFF = ("0", "false", "off", "no")
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _PLAIN = (Tensor, torch.nn.Parameter)
 _LOG = logging.getLogger(__name__)
+_LOCK = threading.RLock()  # held while a kernel is built and while a counter changes
 
 
 class _State:
-    """What this process has learnt: why compiling is off, the kernels, the graph count."""
+    """What this process has learnt: why compiling is off, the kernels, the counters."""
 
     reason: str | None = None  # why the compiled path is unavailable, once known
     probed = False  # whether the C++ compiler was looked for
     kernels: dict[tuple[str, torch.dtype], Callable[..., Any]] = {}  # noqa: RUF012
     graphs: dict[tuple[str, torch.dtype], int] = {}  # noqa: RUF012
+    runs: dict[tuple[str, torch.dtype], int] = {}  # noqa: RUF012
+    env: tuple[str, str] = ("", "auto")  # the last value of ENV_VAR read, and its mode
 
 
 def resolve_mode(compiled: bool | str | None) -> str:
@@ -129,17 +141,24 @@ def resolve_mode(compiled: bool | str | None) -> str:
             variable holds a value other than auto/1/0 (true/false, on/off, yes/no).
     """
     if compiled is None:
-        value = os.environ.get(ENV_VAR, "").strip().lower()
+        raw = os.environ.get(ENV_VAR, "")
+        last, mode = _State.env
+        if raw == last:  # checked already: a decoding step pays a lookup, not the parsing
+            return mode
+        value = raw.strip().lower()
         if value in ("", "auto"):
-            return "auto"
-        if value in _ON:
-            return "on"
-        if value in _OFF:
-            return "off"
-        raise ValueError(
-            f"the environment variable {ENV_VAR} must be 'auto', '1' or '0' "
-            f"(or true/false, on/off, yes/no), got {os.environ[ENV_VAR]!r}"
-        )
+            mode = "auto"
+        elif value in _ON:
+            mode = "on"
+        elif value in _OFF:
+            mode = "off"
+        else:
+            raise ValueError(
+                f"the environment variable {ENV_VAR} must be 'auto', '1' or '0' "
+                f"(or true/false, on/off, yes/no), got {raw!r}"
+            )
+        _State.env = (raw, mode)
+        return mode
     if compiled is True:
         return "on"
     if compiled is False:
@@ -161,7 +180,30 @@ def compile_count() -> int:
     return sum(_State.graphs.values())
 
 
-def plan(
+def run_count() -> int:
+    """How many kernel calls ran a compiled graph in this process (not those that ran eagerly)."""
+    return sum(_State.runs.values())
+
+
+def compiler_missing() -> str | None:
+    """Why Inductor cannot build C++ here (no compiler on the PATH), or None."""
+    compiler = os.environ.get("CXX") or ("clang++" if sys.platform == "darwin" else "g++")
+    if shutil.which(compiler) is None:
+        return f"no C++ compiler: {compiler!r} is not on the PATH (set CXX to use another)"
+    return None
+
+
+def _modes_active() -> bool:
+    """Whether a dispatch or function mode (a default device among them) would see the ops."""
+    return torch._C._len_torch_dispatch_stack() > 0 or torch._C._len_torch_function_stack() > 0
+
+
+def _split_heads(x: Tensor) -> bool:
+    """Whether ``x`` is ``[B, H, L, dim]`` viewed from a contiguous ``[B, L, H, dim]``."""
+    return x.dim() == 4 and x.transpose(1, 2).is_contiguous()
+
+
+def _plan(
     x: Tensor, cos: Tensor, sin: Tensor, out: Tensor | None = None
 ) -> tuple[Tensor, Tensor, Tensor] | None:
     """``x`` and the tables as the kernels take them, or None where the kernels do not apply.
@@ -171,12 +213,13 @@ def plan(
     to ``[B, H, L, dim]``); the tables as ``[1, 1, L, dim/2]`` (shared by every row:
     ``[L, dim/2]`` or leading axes of size 1) or ``[B, 1, L, dim/2]`` (one per batch
     row), float32; ``out``, when given, contiguous. A table of one position is
-    expanded to ``L`` rows (a small copy).
+    expanded to ``L`` rows (a small copy). Tables with more axes than ``x`` are left to
+    the eager paths: the result would have their shape, not ``x``'s.
 
     Shapes::
 
         x:        [..., L, dim], float32/bfloat16/float16, on the CPU
-        cos, sin: [..., L or 1, dim // 2], float32
+        cos, sin: [..., L or 1, dim // 2], float32, the same shape
         returns:  (x4 [B, H, L, dim], cos4, sin4 [1 or B, 1, L, dim // 2]) or None
     """
     if not (type(x) in _PLAIN and type(cos) in _PLAIN and type(sin) in _PLAIN):
@@ -187,10 +230,12 @@ def plan(
         return None
     if not (x.is_cpu and cos.is_cpu and sin.is_cpu) or x.numel() == 0:
         return None
-    if x.stride(-1) != 1 or torch._C._len_torch_dispatch_stack() > 0:
+    if x.stride(-1) != 1 or _modes_active():
         return None
     length, dim = x.shape[-2], x.shape[-1]
-    split_heads = x.dim() == 4 and x.transpose(1, 2).is_contiguous()
+    if dim % 2 or cos.shape[-1] != dim // 2 or sin.shape != cos.shape or cos.dim() > x.dim():
+        return None
+    split_heads = _split_heads(x)
     lead = cos.shape[:-2]
     if all(size == 1 for size in lead):  # one table for every row
         if x.is_contiguous():
@@ -214,7 +259,7 @@ def plan(
     return x, cos.contiguous(), sin.contiguous()
 
 
-def rotate(
+def _rotate(
     x: Tensor,
     cos: Tensor,
     sin: Tensor,
@@ -224,8 +269,9 @@ def rotate(
 ) -> Tensor | None:
     """Rotate ``x`` with a compiled kernel, or return None to leave it to the eager paths.
 
-    Called by :func:`pecode.rope_kernels.rotate` for CPU inputs, after
-    :func:`~pecode.rope_kernels.can_rotate` and with the tables in the working dtype;
+    Called by :func:`pecode.rope_kernels.rotate` for CPU inputs, after ``apply_rope``
+    checked the arguments (``layout`` is ``"half"`` or ``"interleaved"``) and
+    :func:`~pecode.rope_kernels.can_rotate`, with the tables in the working dtype;
     ``out``, if given, has the result's shape and ``x``'s dtype, and no gradient is
     needed. The switch ``compiled`` is described in the module's docstring.
 
@@ -246,21 +292,22 @@ def rotate(
         return None
     if mode == "auto" and not _pays(x, layout):
         return None
-    planned = plan(x, cos, sin, out)
+    planned = _plan(x, cos, sin, out)
     if planned is None:
         return None
     x4, cos4, sin4 = planned
     key = (layout, x.dtype)
-    if _kernel(key, mode) is None:  # unavailable in auto mode, or too many variants
-        return None
+    strict = mode == "on"  # a failing compiler raises; in "auto" the eager paths take over
     try:
+        if _kernel(key, strict) is None:  # unavailable in auto mode
+            return None
         if torch.is_grad_enabled() and x.requires_grad:
-            return CompiledRotate.apply(x, cos4, sin4, layout)
+            return _CompiledRotate.apply(x, cos4, sin4, layout, strict)
         if out is None:
-            out = torch.empty(x.shape, dtype=x.dtype)
+            out = torch.empty_like(x, memory_format=torch.contiguous_format)
         return out if _launch(key, x4, cos4, sin4, out.view(x4.shape)) else None
     except _CompileFailed as failed:
-        if mode == "on":
+        if strict:
             raise RuntimeError(
                 f"apply_rope(compiled=True): torch.compile could not build the RoPE kernel "
                 f"({failed}); pass compiled=False or set {ENV_VAR}=0 to stay eager"
@@ -268,25 +315,27 @@ def rotate(
         return None
 
 
-class CompiledRotate(torch.autograd.Function):
+class _CompiledRotate(torch.autograd.Function):
     """RoPE for training on the compiled kernel: the backward is the kernel rotating by ``-θ``.
 
-    ``CompiledRotate.apply(x, cos4, sin4, layout)`` with the tables as :func:`plan`
-    gives them. Forward and backward each read and write every element once; the
-    backward treats the tables as constants (``apply_rope`` falls back to autograd
-    when they need gradients) and is itself a ``CompiledRotate`` when a graph of the
-    backward is asked for (second derivatives).
+    ``_CompiledRotate.apply(x, cos4, sin4, layout, strict)`` with the tables as
+    :func:`_plan` gives them. Forward and backward each read and write every element
+    once; the backward treats the tables as constants (``apply_rope`` falls back to
+    autograd when they need gradients) and is itself a ``_CompiledRotate`` when a graph
+    of the backward is asked for (second derivatives). ``strict``: a compiler failure
+    in the forward raises :class:`_CompileFailed` (``compiled=True``), where otherwise
+    the kernel's formula runs eagerly, as it always does in the backward.
     """
 
     @staticmethod
-    def forward(x: Tensor, cos4: Tensor, sin4: Tensor, layout: str) -> Tensor:
+    def forward(x: Tensor, cos4: Tensor, sin4: Tensor, layout: str, strict: bool) -> Tensor:
         """The kernel into a new contiguous tensor of ``x``'s shape."""
-        return _rotate_any(x, cos4, sin4, layout)
+        return _rotate_any(x, cos4, sin4, layout, strict)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
         """Keep the tables and the layout (``x`` itself is not needed)."""
-        _, cos4, sin4, layout = inputs
+        _, cos4, sin4, layout, _ = inputs
         ctx.save_for_backward(cos4, sin4)
         ctx.layout = layout
 
@@ -295,28 +344,30 @@ class CompiledRotate(torch.autograd.Function):
         """``grad`` rotated by ``-θ``: the same kernel with ``sin`` negated."""
         cos4, sin4 = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph=True: record it
-            return CompiledRotate.apply(grad, cos4, -sin4, ctx.layout), None, None, None
-        return _rotate_any(grad, cos4, -sin4, ctx.layout, backward=True), None, None, None
+            rotated = _CompiledRotate.apply(grad, cos4, -sin4, ctx.layout, False)
+        else:
+            rotated = _rotate_any(grad, cos4, -sin4, ctx.layout, strict=False)
+        return rotated, None, None, None, None
 
 
-def _rotate_any(x: Tensor, cos4: Tensor, sin4: Tensor, layout: str, backward: bool = False):
+def _rotate_any(x: Tensor, cos4: Tensor, sin4: Tensor, layout: str, strict: bool) -> Tensor:
     """The kernel on ``x`` of any strides, into a new contiguous tensor of ``x``'s shape.
 
     A gradient may come in any layout: it is copied first unless contiguous or split
-    heads. Where the compiled kernel cannot run (too many variants; in the backward, a
-    compiler that failed) its formula runs eagerly instead; a compiler failure in the
-    forward propagates (``rotate`` decides what it means).
+    heads. Where the compiled kernel cannot run (the compiler failed, a mode is active,
+    bf16 pairs at odd offsets) its formula runs eagerly instead; with ``strict``, a
+    compiler failure propagates (``_rotate`` turns it into a RuntimeError).
     """
-    if not x.is_contiguous() and not (x.dim() == 4 and x.transpose(1, 2).is_contiguous()):
+    if not x.is_contiguous() and not _split_heads(x):
         x = x.contiguous()
-    out = torch.empty(x.shape, dtype=x.dtype)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
     x4 = x.view(1, -1, *x.shape[-2:]) if x.is_contiguous() and cos4.shape[0] == 1 else x
     key, out4 = (layout, x.dtype), out.view(x4.shape)
     try:
         if _launch(key, x4, cos4, sin4, out4):
             return out
     except _CompileFailed:
-        if not backward:
+        if strict:
             raise
     _launch(key, x4, cos4, sin4, out4, eager=True)
     return out
@@ -336,42 +387,62 @@ class _CompileFailed(Exception):
     """The compiler failed: the message says why; ``__cause__`` is its exception."""
 
 
-def compiler_missing() -> str | None:
-    """Why Inductor cannot build C++ here (no compiler on the PATH), or None."""
-    compiler = os.environ.get("CXX") or ("clang++" if sys.platform == "darwin" else "g++")
-    if shutil.which(compiler) is None:
-        return f"no C++ compiler: {compiler!r} is not on the PATH (set CXX to use another)"
-    return None
+def _build_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions by which ``torch.compile`` says that it could not build a kernel."""
+    from torch._dynamo.exc import BackendCompilerFailed  # InductorError is one, in 2.13
+    from torch._inductor import exc
+
+    inductor_error = getattr(exc, "InductorError", exc.CppCompileError)  # new in torch 2.7
+    return BackendCompilerFailed, exc.CppCompileError, inductor_error
+
+
+def _failed(err: BaseException) -> _CompileFailed:
+    """Stay eager from now on because of ``err`` (logged in full at DEBUG), and say why."""
+    summary = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+    _LOG.debug("pecode: torch.compile failed to build a RoPE kernel", exc_info=err)
+    _give_up(f"torch.compile failed ({summary})")
+    return _CompileFailed(summary)
 
 
 def _give_up(reason: str) -> None:
     """Stay eager for the rest of the process, and say so once (no stderr)."""
-    if _State.reason is None:
+    with _LOCK:
+        if _State.reason is not None:
+            return
         _State.reason = reason
-        _LOG.info("pecode: apply_rope stays eager: %s", reason)
+    _LOG.info("pecode: apply_rope stays eager: %s", reason)
 
 
-def _kernel(key: tuple[str, torch.dtype], mode: str) -> Callable[..., Any] | None:
-    """The compiled kernel for ``key`` (built lazily), or None where it may not be used."""
+def _kernel(key: tuple[str, torch.dtype], strict: bool) -> Callable[..., Any] | None:
+    """The compiled kernel for ``key`` (built lazily), or None where it may not be used.
+
+    Raises:
+        RuntimeError: ``strict`` and the compiler is missing or failed before.
+        _CompileFailed: building the kernel failed.
+    """
     if not _State.probed:
-        _State.probed = True
         missing = compiler_missing()
+        _State.probed = True
         if missing is not None:
             _give_up(missing)
     if _State.reason is not None:
-        if mode == "on":
+        if strict:
             raise RuntimeError(
                 f"apply_rope(compiled=True): the compiled RoPE kernel is unavailable "
                 f"({_State.reason}); pass compiled=False or set {ENV_VAR}=0 to stay eager"
             )
         return None
-    if _State.graphs.get(key, 0) >= MAX_GRAPHS:
-        return None
     kernel = _State.kernels.get(key)
     if kernel is None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch's own deprecations in its lazy imports
-            kernel = _State.kernels[key] = _build(key)
+        with _LOCK:  # one build per kernel, whichever thread asks first
+            kernel = _State.kernels.get(key)
+            if kernel is None:
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")  # torch's deprecations in lazy imports
+                        kernel = _State.kernels[key] = _build(key)
+                except Exception as err:  # torch.compile itself is unusable here
+                    raise _failed(err) from err
     return kernel
 
 
@@ -392,8 +463,7 @@ def _launch(
         _CompileFailed: the compiler failed (the process stays eager from now on).
     """
     kernel = _State.kernels.get(key)
-    may_run = _State.reason is None and _State.graphs.get(key, 0) < MAX_GRAPHS
-    if not eager and (kernel is None or not may_run):
+    if not eager and (kernel is None or _State.reason is not None or _modes_active()):
         return False
     # as the kernel sees them: one graph, for tensors without gradients
     x4, cos4, sin4 = x4.detach(), cos4.detach(), sin4.detach()
@@ -411,11 +481,11 @@ def _launch(
         source = _interleaved_kernel
         args = (x4.unflatten(-1, (half, 2)), cos4.unsqueeze(-1), sin4.unsqueeze(-1))
         target = out4.unflatten(-1, (half, 2))
-    if eager:
-        with torch.no_grad():
+    if eager:  # the kernels' iota on x's device, whatever the default device
+        with torch.no_grad(), torch.device(x4.device):
             source(*args, target)
         return True
-    from torch._dynamo import maybe_mark_dynamic
+    from torch._dynamo import config, maybe_mark_dynamic
 
     for t in (args[0], target):  # batch, heads, length: any size without recompiling
         for axis in range(3):
@@ -423,14 +493,23 @@ def _launch(
     for t in args[1:]:  # the tables' batch and length
         maybe_mark_dynamic(t, 0)
         maybe_mark_dynamic(t, 2)
+    graphs = _State.graphs.get(key, 0)
     try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch's own deprecations while it compiles
-            kernel(*args, target)
+        with torch.no_grad():
+            if graphs >= min(MAX_GRAPHS, config.recompile_limit):
+                # the variants compiled so far still run; a new one runs eagerly, silently
+                with torch.compiler.set_stance("eager_on_recompile"):
+                    kernel(*args, target)
+            elif graphs == 0:  # the first call compiles: torch's lazy imports may warn
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    kernel(*args, target)
+            else:
+                kernel(*args, target)
     except Exception as err:
-        reason = f"{type(err).__name__}: {err}".splitlines()[0][:300]
-        _give_up(f"torch.compile failed ({reason})")
-        raise _CompileFailed(reason) from err
+        if isinstance(err, _build_errors()):
+            raise _failed(err) from err
+        raise  # not the compiler: a bad input, or memory
     return True
 
 
@@ -480,12 +559,13 @@ def _source(key: tuple[str, torch.dtype]) -> Callable[..., None]:
 
 
 def _build(key: tuple[str, torch.dtype]) -> Callable[..., Any]:
-    """``torch.compile`` the kernel of ``key``, with its own code object and graph count.
+    """``torch.compile`` the kernel of ``key``, with its own code object and counters.
 
     Dynamo keeps compiled variants per code object, so each key gets a copy of its
     function's code (and its own recompile limit). The backend is Inductor, counting
-    the graphs it builds; the interleaved float kernels leave vectorisation to the C++
-    compiler (``cpp.simdlen=1``), which handles the size-2 inner axis better.
+    the graphs it builds and the calls that run them; the interleaved float kernels
+    leave vectorisation to the C++ compiler (``cpp.simdlen=1``), which handles the
+    size-2 inner axis better.
     """
     from torch._inductor.compile_fx import compile_fx  # seconds to import: only when needed
 
@@ -499,7 +579,18 @@ def _build(key: tuple[str, torch.dtype]) -> Callable[..., Any]:
     function = types.FunctionType(source.__code__.replace(**names), source.__globals__, name)
 
     def backend(graph: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:
-        _State.graphs[key] = _State.graphs.get(key, 0) + 1
-        return compile_fx(graph, example_inputs, config_patches=options)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a new variant compiles: torch may warn meanwhile
+            compiled = compile_fx(graph, example_inputs, config_patches=options)
+        with _LOCK:
+            _State.graphs[key] = _State.graphs.get(key, 0) + 1
+
+        def run(*args: Any) -> Any:
+            with _LOCK:
+                _State.runs[key] = _State.runs.get(key, 0) + 1
+            return compiled(*args)
+
+        run._boxed_call = getattr(compiled, "_boxed_call", False)  # type: ignore[attr-defined]
+        return run
 
     return torch.compile(function, backend=backend, fullgraph=True, dynamic=False)

@@ -105,9 +105,9 @@ def rotate(
 
     ``apply_rope`` has checked the arguments and :func:`can_rotate`; ``out``, if given,
     has the result's shape and ``x``'s dtype and no gradient is needed. On the CPU,
-    :func:`pecode.rope_compiled.rotate` is asked first, with the switch ``compiled``,
-    except for small inputs (at most ``SMALL_NUMEL`` elements) unless
-    ``compiled=True``: a decoding step never reads the environment variable.
+    the compiled kernel (:mod:`pecode.rope_compiled`) is asked first, with the switch
+    ``compiled``, except for small inputs (at most ``SMALL_NUMEL`` elements) unless
+    ``compiled=True``: a decoding step stays eager, whatever the environment variable says.
 
     Shapes::
 
@@ -122,7 +122,7 @@ def rotate(
     if sin.dtype != work:
         sin = sin.to(work)
     if x.is_cpu and (compiled is True or (compiled is not False and x.numel() > SMALL_NUMEL)):
-        rotated = rope_compiled.rotate(x, cos, sin, layout, out, compiled)
+        rotated = rope_compiled._rotate(x, cos, sin, layout, out, compiled)
         if rotated is not None:
             return rotated
     if x.numel() <= SMALL_NUMEL and not _use_triton(x, cos, sin, out):

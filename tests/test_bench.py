@@ -18,6 +18,7 @@ import types
 
 import pytest
 import torch
+from torch._inductor.exc import CppCompileError
 
 from pecode import bench, rope_compiled
 from pecode.bench import attention_cases, cli, harness, peak_tensor_memory, records, rope_cases
@@ -479,15 +480,56 @@ def test_out_rows_appear_when_apply_rope_takes_out(monkeypatch):
 @pytest.mark.skipif(
     rope_compiled.compiler_missing() is not None, reason="needs a C++ compiler for torch.compile"
 )
-def test_compiled_rows_rotate_as_float64_does_and_their_build_is_noted():
+def test_compiled_rows_rotate_as_float64_does_and_their_build_is_noted(fresh_compiled_state):
     case = bench.bench_rope_case(TINY, rounds=1, target_s=1e-3, peers=False, textbook=False)
     for layout in ("half", "interleaved"):
         for suffix in (" compiled", " compiled out=", " compiled fwd+bwd"):
             assert case.max_errors[f"apply_rope {layout}{suffix}"] < 1e-6, (layout, suffix)
     assert any("compiled rows' first calls took" in note for note in case.notes)
+    assert not [note for note in case.notes if "ran eagerly" in note]  # compiled, all of them
     eager = bench.rope_methods(TINY, peers=False, textbook=False, compiled=False)
     assert not [name for name in eager.methods if "compiled" in name]
     assert "CPU's" in rope_cases._compiled_unavailable(torch.device("cuda"))
+
+
+@pytest.fixture
+def fresh_compiled_state(monkeypatch):
+    """pecode.rope_compiled as in a new process, with a compiler on the PATH."""
+    monkeypatch.setattr(rope_compiled, "compiler_missing", lambda: None)
+    for name, value in [("reason", None), ("probed", False), ("kernels", {}), ("graphs", {})]:
+        monkeypatch.setattr(rope_compiled._State, name, value)
+    monkeypatch.setattr(rope_compiled._State, "runs", {})
+
+
+def test_a_failing_compiler_leaves_the_compiled_rows_out_with_a_note(
+    monkeypatch, fresh_compiled_state
+):
+    def broken(*args):
+        raise CppCompileError(["g++", "kernel.cpp"], "the C++ compiler crashed")
+
+    monkeypatch.setattr(rope_compiled, "_build", lambda key: broken)
+    case = bench.bench_rope_case(TINY, rounds=1, target_s=1e-3, peers=False, textbook=False)
+    assert not [name for name in case.samples if "compiled" in name]
+    assert case.max_errors["apply_rope half fwd+bwd"] < 1e-6  # the other rows still run
+    (note,) = [note for note in case.notes if "compiled" in note]
+    assert note.startswith("no compiled rows: torch.compile failed (CppCompileError")
+    # a case after it knows before it starts
+    again = bench.rope_methods(TINY, peers=False, textbook=False)
+    assert not [name for name in again.methods if "compiled" in name]
+
+
+def test_compiled_rows_that_ran_eagerly_are_noted(monkeypatch, fresh_compiled_state):
+    # no variant may compile: every compiled row runs the kernel's formula eagerly
+    monkeypatch.setattr(rope_compiled, "MAX_GRAPHS", 0)
+    case = bench.bench_rope_case(
+        TINY, rounds=1, target_s=1e-3, peers=False, textbook=False, layouts=("half",)
+    )
+    assert case.max_errors["apply_rope half compiled"] < 1e-6
+    eager = [note for note in case.notes if "ran eagerly, not compiled" in note]
+    assert len(eager) == 3  # compiled, compiled out=, compiled fwd+bwd
+    assert "apply_rope half compiled fwd+bwd: 4 of its 4 kernel calls ran eagerly" in eager[-1]
+    assert rope_compiled.compile_count() == 0
+    assert rope_compiled.run_count() == 0
 
 
 def test_every_public_name_is_defined_in_one_module_and_importable_from_the_package():

@@ -169,8 +169,6 @@ def test_every_code_and_output_block_fits_the_text_column(measured):
 WIDE_OUTPUTS_ALLOWED = {
     # column-aligned tables, which wrap badly: to become pecode.Table or figures
     ("11_costs", "                                   media"),
-    ("11_costs", "RoPE on q and k, NVIDIA H100"),
-    ("11_costs", "RoPE on q and k, cpu,"),
     ("11_costs", "float32  half        L = 32768:"),
     # prose lines, dicts of checks and configurations: wrapping reads well
     ("01_why_positions", "learned:"),

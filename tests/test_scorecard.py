@@ -27,6 +27,7 @@ from pecode.absolute import (
 )
 from pecode.alibi import ALiBi, alibi_bias_from_positions, alibi_slopes
 from pecode.attention import MultiHeadAttention
+from pecode.bench import peak_tensor_memory
 from pecode.reference.relative import t5_bucket_loop
 from pecode.reference.rope import rope_loop
 from pecode.relative import (
@@ -35,7 +36,6 @@ from pecode.relative import (
     T5RelativePositionBias,
     TransformerXLRelativePosition,
     deberta_position_terms,
-    peak_tensor_memory,
     shaw_key_logits,
     sinusoidal_relative_encoding,
 )

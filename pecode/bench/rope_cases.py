@@ -688,6 +688,29 @@ def _bytes_short(n: int) -> str:
     return f"{n / 2**10:g} KiB" if n < 2**20 else f"{n / 2**20:g} MiB"
 
 
+def _first_compiled_calls(setup: RopeSetup, names: Sequence[str]) -> list[str]:
+    """Call each compiled row once (building its kernels); a note for each that ran eagerly.
+
+    A row runs the compiled kernel twice a call (q and k), four times with the backward;
+    a kernel call that ran no compiled graph (:func:`pecode.rope_compiled.run_count`)
+    ran its formula eagerly: a new variant past ``MAX_GRAPHS``, or strides the kernel
+    does not take. Checked on this first call only.
+    """
+    if not names:
+        return []
+    notes, runs = [], importlib.import_module("pecode.rope_compiled").run_count
+    for name in names:
+        before = runs()
+        setup.methods[name].fn()
+        ran, calls = runs() - before, 4 if setup.methods[name].mode == TRAINING else 2
+        if ran < calls:
+            notes.append(
+                f"{name}: {calls - ran} of its {calls} kernel calls ran eagerly, not compiled "
+                "(a new variant past pecode.rope_compiled.MAX_GRAPHS, or strides it does not take)"
+            )
+    return notes
+
+
 def bench_rope_case(
     shape: Sequence[int] = (1, 32, 2048, 128),
     *,
@@ -712,7 +735,9 @@ def bench_rope_case(
     also holds the difference between its own tables and ours). Then
     :func:`time_interleaved` times all of them, ``rounds`` rounds, ``num_threads`` CPU
     threads (1 by default: on a shared machine a multi-threaded operator waits for its
-    slowest thread).
+    slowest thread). The compiled rows' first calls build their kernels: where the
+    compiler fails, those rows are left out with a note ``no compiled rows: <why>``, and
+    a row whose kernel ran eagerly on its first call gets a note too.
 
     Shapes::
 
@@ -735,17 +760,25 @@ def bench_rope_case(
         seed=seed,
     )
     compiled = [name for name in setup.methods if " compiled" in name]
+    notes = list(setup.notes)
     with _torch_threads(num_threads):  # a kernel is built for the thread count it runs on
         start = time.perf_counter()
-        for name in compiled:
-            setup.methods[name].fn()
+        try:
+            notes += _first_compiled_calls(setup, compiled)
+        except RuntimeError:  # compiled=True raises where the compiler fails to build
+            reason = _compiled_unavailable(device)
+            if reason is None:  # not the compiler
+                raise
+            for name in compiled:
+                del setup.methods[name]
+            notes.append(f"no compiled rows: {reason}")
+            compiled = []
         building = time.perf_counter() - start
         errors = _max_errors(setup)
-    notes = setup.notes
     if compiled:
-        notes += (
+        notes.append(
             f"the compiled rows' first calls took {building:.1f} s in all, outside the "
-            "timed rounds (building the kernels, where this process had not built them yet)",
+            "timed rounds (building the kernels, where this process had not built them yet)"
         )
     samples = time_interleaved(
         {name: m.fn for name, m in setup.methods.items()},
@@ -772,7 +805,7 @@ def bench_rope_case(
         {name: m.mode for name, m in setup.methods.items()},
         {name: m.kind for name, m in setup.methods.items()},
         errors,
-        notes,
+        tuple(notes),
     )
 
 
