@@ -58,14 +58,20 @@ def notebook_output(name: str, header: str) -> list[str]:
 
 
 def printed_lines(name: str) -> list[str]:
-    """Every line that the code cells of ``name`` printed (committed stream outputs)."""
-    return [
-        line
-        for cell in _cells(name)
-        for output in cell.get("outputs", [])
-        if output.get("output_type") == "stream"
-        for line in "".join(output.get("text", "")).splitlines()
-    ]
+    """Every line that the code cells of ``name`` printed or showed as a table.
+
+    Committed stream outputs, and the plain-text form of displayed ones (a
+    ``pecode.Table``, such as chapter 11's collapsed table of every measurement).
+    """
+    lines = []
+    for cell in _cells(name):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                text = "".join(output.get("text", ""))
+            else:
+                text = "".join(output.get("data", {}).get("text/plain", ""))
+            lines += text.splitlines()
+    return lines
 
 
 def markdown(name: str) -> str:
