@@ -185,6 +185,8 @@ WIDE_OUTPUTS_ALLOWED = {
     ("09b_pecode_in_hf_models", "scaling: llama3 {'factor'"),
     ("10_long_context", "{'kind': 'llama3'"),
     ("10_long_context", "straight lines (second difference"),
+    ("11_costs", "every method within 1e-5 of the float64 "),
+    ("11_costs", "q,k [1, 32, 2048, 128] float32, 32 MiB e"),
     ("12_train_short_test_long", "ExperimentConfig(train_length=256"),
     ("12_train_short_test_long", "learned table at 2L: position 511"),
     ("13_real_text", "TextConfig(train_length=256"),
