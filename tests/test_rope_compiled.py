@@ -26,6 +26,7 @@ import warnings
 
 import pytest
 import torch
+from test_rope_kernels import REL_TOL, assert_close_to
 from torch._inductor.exc import CppCompileError
 
 from pecode import rope_compiled, rope_kernels
@@ -35,7 +36,6 @@ from pecode.rope import RotaryEmbedding, apply_rope, rope_cos_sin, rope_inv_freq
 LAYOUTS = ["half", "interleaved"]
 DTYPES = [torch.float32, torch.bfloat16]
 # float32: a few ulp; bf16: the float32 rotation rounded once (half an ulp, 2^-9)
-REL_TOL = {torch.float32: 1e-6, torch.bfloat16: 2**-8}
 POSITIONS = torch.tensor([0, 1, 5, 17, 1000, 4095, 2])
 BATCH_POSITIONS = torch.tensor([[0, 1, 2, 3, 4, 5, 6], [9, 0, 300, 2, 2, 70, 8]])
 
@@ -124,15 +124,6 @@ def loop(x, positions, layout):
     if positions.dim() == 1:
         return rope_loop(x.double(), positions, layout=layout)
     return torch.stack([rope_loop(x[b].double(), positions[b], layout=layout) for b in range(2)])
-
-
-def assert_close_to(got, want, dtype):
-    """|got - want| <= rel * |want| + rel, elementwise."""
-    rel = REL_TOL[dtype]
-    assert got.dtype == dtype
-    assert got.shape == want.shape
-    err = (got.double() - want).abs()
-    assert bool((err <= rel * want.abs() + rel).all()), float(err.max())
 
 
 SPLIT = ("per batch", "shared, split heads")  # x as attention's split heads
