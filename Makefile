@@ -5,6 +5,7 @@
 #   make gpu-wheels       (with network) the wheels that make test-gpu installs
 #   make test-gpu         (on a CUDA machine with PyTorch, no network needed) notebooks on the GPU
 #   make test-oldest      pecode's unit tests on the oldest versions pyproject.toml accepts
+#   make test-hf-latest   the Hugging Face parity tests on the newest transformers (CI runs it)
 #   make browser          (as root, with apt-get) Debian's chromium, for the browser tests
 #                         tests/test_browser_*.py; otherwise says why not (they skip)
 
@@ -13,7 +14,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: book test test-other-cpu browser gpu-wheels test-gpu test-oldest execute lint clean
+.PHONY: book test test-other-cpu browser gpu-wheels test-gpu test-oldest test-hf-latest execute lint clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.10 or newer is needed" if sys.version_info < (3, 10) else 0)'
@@ -108,6 +109,23 @@ test-oldest:
 	$(OLDEST_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(OLDEST_PINS)
 	$(OLDEST_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	$(OLDEST_VENV)/bin/python -m pytest -o addopts="" -p no:cacheprovider $(PACKAGE_TESTS)
+
+# The tests that compare pecode with transformers, on its newest release as well as the
+# pinned one, so that the next renamed argument is caught the day it ships (transformers
+# 5.24 renamed the cache argument). A venv of its own that sees .venv's packages through a
+# .pth file placed after its own site-packages: only transformers (and whatever newer
+# versions of its dependencies it needs) is installed there.
+HF_LATEST_VENV := .venv-hf-latest
+HF_TESTS := $(shell grep -l 'transformers' $(wildcard tests/test_*.py) | xargs grep -lE \
+	'importorskip\("transformers"\)|^from transformers|^import transformers')
+
+test-hf-latest: $(STAMP)
+	test -x $(HF_LATEST_VENV)/bin/python || $(PYTHON) -m venv $(HF_LATEST_VENV)
+	$(BIN)/python -c 'import site; print(site.getsitepackages()[0])' > \
+		"$$($(HF_LATEST_VENV)/bin/python -c 'import site; print(site.getsitepackages()[0])')/_pecode_base.pth"
+	$(HF_LATEST_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade transformers
+	$(HF_LATEST_VENV)/bin/python -c 'import transformers; print("make test-hf-latest: transformers", transformers.__version__)'
+	$(HF_LATEST_VENV)/bin/python -m pytest -o addopts="-ra" -p no:cacheprovider $(HF_TESTS)
 
 # Authors: re-execute notebooks after changing them or pecode (NB=notebooks/01_x.ipynb for one).
 execute: $(STAMP)

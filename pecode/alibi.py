@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pecode._checks import check_int, check_position_pair
+from pecode._checks import check_bool, check_int, check_position_pair
 from pecode.attention import PositionScheme
 
 __all__ = ["ALiBi", "alibi_bias", "alibi_bias_from_positions", "alibi_key_bias", "alibi_slopes"]
@@ -137,7 +137,7 @@ def alibi_bias_from_positions(
     check_position_pair(q_positions, k_positions)
     _check_not_empty("q_positions", q_positions)
     _check_not_empty("k_positions", k_positions)
-    if not symmetric:
+    if not check_bool("symmetric", symmetric):
         q_first = q_positions.min(dim=-1).values  # the earliest query of each sequence
         if bool((k_positions.min(dim=-1).values > q_first).any()):
             raise ValueError("causal ALiBi: some query has no key at or before its position")
@@ -294,7 +294,7 @@ class ALiBi(PositionScheme):
         if slopes.numel() != num_heads:
             raise ValueError(f"slopes has {slopes.numel()} entries, expected num_heads={num_heads}")
         self.num_heads = num_heads
-        self.symmetric = symmetric
+        self.symmetric = check_bool("symmetric", symmetric)
         self._slope_values = tuple(slopes.double().tolist())  # what the buffer is built from
         # not persistent: the slopes are fixed by the head count, not learned weights;
         # float64 so that a float64 model gets the exact slopes

@@ -27,12 +27,13 @@ shared by a group of consecutive query heads; Ainslie et al. 2023), multi-query 
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pecode._checks import check_int, check_integer_tensor
+from pecode._checks import check_bool, check_int, check_integer_tensor
 
 __all__ = [
     "ContentOnly",
@@ -237,8 +238,9 @@ class KVCache:
     :meth:`PositionScheme.transform_qk` (for RoPE: already rotated), its values and
     its positions, and attends over everything cached. This is exact for schemes
     whose ``transform_qk`` treats each key by its own position (none, RoPE); the
-    other hooks receive all cached keys and their positions. One cache per layer; with
-    grouped-query attention it holds the ``Hkv`` key/value heads only.
+    other hooks receive all cached keys and their positions. One cache per layer (the
+    first layer that uses it owns it, :meth:`bind`); with grouped-query attention it
+    holds the ``Hkv`` key/value heads only.
 
     Each row continues from its own position: after a prefill with per-row positions
     ``[B, L]`` (left padding, each row's real tokens counted from 0), the next token of
@@ -261,6 +263,25 @@ class KVCache:
         self.positions: Tensor | None = None
         self.context: Tensor | None = None  # the context of a cross-attention cache
         self._next: Tensor | None = None  # one past each row's largest position: [] or [B]
+        self._owner: weakref.ref | None = None  # the layer it serves (not kept alive by it)
+
+    def bind(self, layer: nn.Module) -> None:
+        """Tie the cache to the attention layer that uses it (done on its first call).
+
+        One cache passed to two layers would mix their keys and values with no error
+        (same shapes); the second layer is refused instead.
+
+        Raises:
+            ValueError: the cache already serves another layer.
+        """
+        owner = None if self._owner is None else self._owner()
+        if owner is None:
+            self._owner = weakref.ref(layer)
+        elif owner is not layer:
+            raise ValueError(
+                f"this KVCache holds the keys of another attention layer "
+                f"({type(owner).__name__} at {id(owner):#x}): give each layer its own KVCache"
+            )
 
     def __len__(self) -> int:
         return 0 if self.keys is None else self.keys.shape[-2]
@@ -413,6 +434,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"num_heads={num_heads} must be divisible by num_kv_heads={num_kv_heads}"
             )
+        check_bool("bias", bias)
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
             raise TypeError(f"dropout must be a number, got {type(dropout).__name__}")
         if not 0.0 <= dropout < 1.0:
@@ -490,8 +512,16 @@ class MultiHeadAttention(nn.Module):
         else:
             scale = self.position.logit_scale(self.head_dim)
             grouped = self.num_kv_heads != self.num_heads  # SDPA has enable_gqa since torch 2.5
+            is_causal = isinstance(mask, str)  # _CAUSAL: a causal prefill, no mask tensor
             out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale, enable_gqa=grouped
+                q,
+                k,
+                v,
+                attn_mask=None if is_causal else mask,
+                dropout_p=dropout,
+                is_causal=is_causal,
+                scale=scale,
+                enable_gqa=grouped,
             )
         return self.out_proj(self._merge_heads(out))
 
@@ -519,8 +549,8 @@ class MultiHeadAttention(nn.Module):
         )
         return self._weights(q, k, mask)
 
-    def _weights(self, q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
-        """softmax(q·kᵀ · scale + mask): the weights, computed explicitly.
+    def _weights(self, q: Tensor, k: Tensor, mask: Tensor | str | None) -> Tensor:
+        """softmax(q·kᵀ · scale + mask): the weights, computed explicitly (all L×Lk).
 
         A query that may see no key (a left-padded query under a causal mask) gets
         weights 0, as from ``scaled_dot_product_attention``, instead of the NaN of
@@ -531,6 +561,18 @@ class MultiHeadAttention(nn.Module):
         logits.mul_(self.position.logit_scale(self.head_dim))
         if mask is None:
             return logits.softmax(dim=-1)
+        q_len, k_len = logits.shape[-2:]
+        if isinstance(mask, str) or mask.dtype == torch.bool:  # the logits are L×Lk anyway
+            is_causal = isinstance(mask, str)
+            mask = additive_mask(
+                None if is_causal else mask,
+                causal=is_causal,
+                bias=None,
+                q_len=q_len,
+                k_len=k_len,
+                dtype=logits.dtype,
+                device=logits.device,
+            )
         logits.add_(mask)
         sees_nothing = torch.isneginf(logits.amax(dim=-1, keepdim=True))
         # finite logits in those rows first: a NaN softmax would give NaN gradients
@@ -547,11 +589,11 @@ class MultiHeadAttention(nn.Module):
         causal: bool,
         attn_mask: Tensor | None,
         cache: KVCache | None,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor, Tensor]:
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | str | None, Tensor, Tensor]:
         """Project to heads, apply the position scheme, use the cache, build the mask.
 
         Returns ``q, k, v, mask, q_positions, k_positions`` (``k``, ``v`` and
-        ``k_positions`` include the cached keys).
+        ``k_positions`` include the cached keys); ``mask`` as :func:`_fold_mask`.
         """
         batch, length = self._check_call(x, context, causal, cache)
         cross = context is not None
@@ -592,15 +634,7 @@ class MultiHeadAttention(nn.Module):
                 bias,
                 (batch, self.num_heads, length, k_len),
             )
-        mask = additive_mask(
-            attn_mask,
-            causal=causal,
-            bias=bias,
-            q_len=length,
-            k_len=k_len,
-            dtype=q.dtype,
-            device=q.device,
-        )
+        mask = _fold_mask(attn_mask, causal, bias, length, k_len, q.dtype, q.device)
         return q, k, v, mask, positions, k_positions
 
     def _keys_for_bias(self, k: Tensor) -> Tensor:
@@ -635,9 +669,12 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[int, int]:
         """Check the inputs of one call against each other; return ``(batch, length)``."""
         self._check_tensor("x", x, self.embed_dim)
+        check_bool("causal", causal)  # "False" is truthy: it would run causal
         self._check_scheme(self.position)  # it may have been replaced since __init__
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
+        if cache is not None:
+            cache.bind(self)
         batch, length, _ = x.shape
         if context is None:
             if self.context_dim != self.embed_dim:
@@ -719,6 +756,44 @@ class MultiHeadAttention(nn.Module):
     def _merge_heads(self, t: Tensor) -> Tensor:
         batch, _, length, _ = t.shape
         return t.transpose(1, 2).reshape(batch, length, self.embed_dim)
+
+
+# _fold_mask's answer for a causal pass whose queries and keys are the same positions
+# and nothing else masked: SDPA's is_causal, no tensor (an L×L mask is 4·L² bytes per
+# batch row, 256 MiB at L = 8192)
+_CAUSAL = "causal"
+
+
+def _fold_mask(
+    attn_mask: Tensor | None,
+    causal: bool,
+    bias: Tensor | None,
+    q_len: int,
+    k_len: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> Tensor | str | None:
+    """The least the attention needs: ``None``, ``_CAUSAL``, a bool mask or a float one.
+
+    A causal prefill without padding or bias is ``_CAUSAL`` (SDPA's ``is_causal``, whose
+    top-left diagonal is :func:`causal_mask`'s when ``q_len == k_len``); one query sees
+    every key, so causality adds nothing to a decoding step; a bool mask stays bool
+    (1 byte an entry, as transformers' SDPA masks); a bias or a float mask is folded
+    by :func:`additive_mask`. SDPA gives the same numbers for all of them (measured
+    bit for bit on the CPU, forward and backward, with and without GQA and dropout).
+    """
+    causal = causal and q_len > 1
+    if bias is None and attn_mask is None:
+        return (
+            _CAUSAL
+            if causal and q_len == k_len
+            else (causal_mask(q_len, k_len, device=device) if causal else None)
+        )
+    if bias is None and attn_mask.dtype == torch.bool:
+        return attn_mask & causal_mask(q_len, k_len, device=device) if causal else attn_mask
+    return additive_mask(
+        attn_mask, causal=causal, bias=bias, q_len=q_len, k_len=k_len, dtype=dtype, device=device
+    )
 
 
 def _grouped_matmul(a: Tensor, b: Tensor) -> Tensor:

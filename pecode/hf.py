@@ -21,8 +21,9 @@ Two things:
    attention.
 
 The signatures of transformers' attention modules change between releases; these
-functions are tested against transformers 5.23 (``tests/test_hf_models.py``, tiny
-random-weight models compared logit by logit). ``transformers`` is not a dependency of
+functions are tested against transformers 5.23, the pinned release, and against the
+newest one (``make test-hf-latest``, which CI runs): ``tests/test_hf_models.py``, tiny
+random-weight models compared logit by logit. ``transformers`` is not a dependency of
 pecode: this module reads the modules it is given and never imports it.
 """
 
@@ -460,7 +461,8 @@ class _TransformersCacheLayer(KVCache):
         super().__init__()
         self._cache, self._layer_idx = cache, layer_idx
         layers = getattr(cache, "layers", None)
-        self._layer = layers[layer_idx] if isinstance(layers, list | tuple) else None
+        known = isinstance(layers, list | tuple) and layer_idx < len(layers)
+        self._layer = layers[layer_idx] if known else None  # DynamicCache() adds layers lazily
         kind = type(self._layer).__name__
         if self._layer is not None and kind not in _CACHE_LAYERS:
             raise ValueError(
@@ -491,8 +493,9 @@ class HFLlamaAttention(nn.Module):
     """pecode's attention behind the forward signature of transformers' ``LlamaAttention``.
 
     ``forward(hidden_states, position_embeddings, attention_mask, past_key_values,
-    **kwargs) -> (output, None)``, as a Llama decoder layer calls its ``self_attn`` in
-    transformers 5.23. It ignores the model's rotary tables (``position_embeddings``):
+    cache, **kwargs) -> (output, None)``, as a Llama decoder layer calls its
+    ``self_attn`` in transformers 5.23 (``past_key_values=``) and 5.24 (``cache=``).
+    It ignores the model's rotary tables (``position_embeddings``):
     the pecode layer rotates by the ``position_ids`` the decoder layer passes. It uses
     the model's attention mask (a 4-D float mask from ``"eager"``, a boolean one or
     ``None`` for a plain causal pass from ``"sdpa"``) and the model's KV cache, so
@@ -533,9 +536,15 @@ class HFLlamaAttention(nn.Module):
         position_embeddings: tuple[Tensor, Tensor] | None = None,
         attention_mask: Tensor | None = None,
         past_key_values: Any = None,
+        cache: Any = None,
         **kwargs: Any,
     ) -> tuple[Tensor, None]:
         """Attention over the cache and ``hidden_states``; ``(output, None)``.
+
+        The model's cache comes as ``cache`` (transformers 5.24 and later) or
+        ``past_key_values`` (earlier releases, and 5.24's deprecated name). A cache
+        object under any other keyword is refused: read silently as no cache, every
+        decoding step would attend to its own token only.
 
         Shapes::
 
@@ -546,10 +555,13 @@ class HFLlamaAttention(nn.Module):
             returns:        ([B, L, D], None)
 
         Raises:
-            ValueError: no ``position_ids`` among the keywords.
+            ValueError: no ``position_ids`` among the keywords; ``cache`` and
+                ``past_key_values`` both given and different; a cache under another
+                keyword.
             TypeError: ``attention_mask`` is neither a 4-D tensor nor ``None`` (the mask
                 objects of flash or flex attention).
         """
+        transformers_cache = _the_cache(past_key_values, cache, kwargs)
         positions = kwargs.get("position_ids")
         if positions is None:
             raise ValueError(
@@ -567,17 +579,41 @@ class HFLlamaAttention(nn.Module):
         batch = hidden_states.shape[0]
         if positions.dim() == 2 and positions.shape[0] == 1 and batch > 1:
             positions = positions.expand(batch, -1)  # one row of positions for the batch
-        cache = None
-        if past_key_values is not None:
-            cache = _TransformersCacheLayer(past_key_values, self.layer_idx)
+        layer_cache = None
+        if transformers_cache is not None:
+            layer_cache = _TransformersCacheLayer(transformers_cache, self.layer_idx)
         out = self.layer(
             hidden_states,
             positions=positions,
             attn_mask=attention_mask,
             causal=attention_mask is None,  # transformers' masks already hold causality
-            cache=cache,
+            cache=layer_cache,
         )
         return out, None
+
+
+def _is_cache(value: object) -> bool:
+    """Whether ``value`` looks like a transformers ``Cache`` (it never imports them)."""
+    return callable(getattr(value, "update", None)) and callable(
+        getattr(value, "get_seq_length", None)
+    )
+
+
+def _the_cache(past_key_values: Any, cache: Any, kwargs: Mapping[str, Any]) -> Any:
+    """The one cache a decoder layer passed, under either of its names."""
+    if past_key_values is not None and cache is not None and past_key_values is not cache:
+        raise ValueError(
+            "cache and past_key_values are two different caches: pass one (transformers "
+            "5.24 renamed past_key_values to cache)"
+        )
+    elsewhere = [name for name, value in kwargs.items() if _is_cache(value)]
+    if elsewhere:
+        raise ValueError(
+            f"a cache came as {elsewhere[0]}=, a keyword HFLlamaAttention does not read (it "
+            "reads cache= and past_key_values=): this transformers release renamed it, and "
+            "pecode does not know the new name yet"
+        )
+    return cache if cache is not None else past_key_values
 
 
 def swap_llama_attention(model: nn.Module) -> nn.Module:

@@ -36,17 +36,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from pecode import rope_compiled, rope_kernels
 from pecode._checks import check_int, check_integer_tensor, check_positions
 from pecode.attention import PositionScheme
 from pecode.frequencies import check_rope_base, check_rope_dim, rope_inv_freq
-from pecode.scaling import hf_rope_arguments, rope_frequencies
+from pecode.scaling import hf_layer_types, hf_rope_arguments, rope_frequencies
 
 __all__ = [
     "TABLE_ROWS_ALWAYS_CACHED",
     "RotaryEmbedding",
+    "RotaryEmbeddingPerLayerType",
     "apply_partial_rope",
     "apply_rope",
     "apply_rope_complex",
@@ -658,6 +659,7 @@ class RotaryEmbedding(PositionScheme):
         if compiled is not None:  # None reads the environment variable at each call
             rope_compiled.resolve_mode(compiled)
         self.compiled = compiled
+        self.layer_type: str | None = None  # the layer type of a config it was read for
         # The frequencies of the tables, in float64 on the CPU even when the module is
         # built on "meta": everything the tables are rebuilt from (validates the scaling).
         with torch.device("cpu"):
@@ -684,7 +686,7 @@ class RotaryEmbedding(PositionScheme):
         layer_type: str | None = None,
         **kwargs: Any,
     ) -> RotaryEmbedding:
-        """The rotary embedding of a Hugging Face model, from its ``config.json`` as a dict.
+        """The rotary embedding of a Hugging Face model, from its ``config.json``.
 
         ``RotaryEmbedding(**hf_rope_arguments(config, head_dim=head_dim,
         layer_type=layer_type), **kwargs)``: the head and rotated widths, the base and the
@@ -695,11 +697,16 @@ class RotaryEmbedding(PositionScheme):
         position_ids)`` this module's :meth:`forward` then reproduces; pass
         ``layout="interleaved"`` for a model that rotates adjacent pairs (GPT-J).
 
+        A config with a block per layer type (Gemma 3, OLMo 3) needs ``layer_type``; the
+        module remembers it, and :meth:`forward` refuses another. For a module that
+        serves every layer type, as those models' ``rotary_emb`` does, see
+        :class:`RotaryEmbeddingPerLayerType`.
+
         Args:
-            config: the model's ``config.json`` as a dict (``json.load``, or a
-                transformers config's ``to_dict()``).
+            config: the model's ``config.json`` as a dict (``json.load``), or a
+                transformers config object (``model.config``).
             head_dim: the per-head width, for configs that spell it in their own way.
-            layer_type: for a ``rope_parameters`` block per layer type, which one to read.
+            layer_type: which layer type's block to read (``"full_attention"``, ...).
             **kwargs: the other arguments of :class:`RotaryEmbedding` (``layout``,
                 ``initial_positions``, ``dtype``).
 
@@ -716,7 +723,9 @@ class RotaryEmbedding(PositionScheme):
                 f"from_hf_config takes {clashes} from the config; pass only the other "
                 "arguments (layout, initial_positions, dtype)"
             )
-        return cls(**arguments, **kwargs)
+        module = cls(**arguments, **kwargs)
+        module.layer_type = layer_type
+        return module
 
     @property
     def cached_positions(self) -> int:
@@ -877,7 +886,9 @@ class RotaryEmbedding(PositionScheme):
             self._build(self.cached_positions)
         return self
 
-    def forward(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, position_ids: Tensor, layer_type: str | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Hugging Face's rotary call: full-width ``(cos, sin)`` for ``position_ids``.
 
         The contract of ``LlamaRotaryEmbedding.forward`` in transformers: ``x`` only
@@ -889,6 +900,9 @@ class RotaryEmbedding(PositionScheme):
         head axis) or with ``apply_rope_rotate_half(x, cos[:, None], sin[:, None])``.
         For a bfloat16 ``x`` the tables are rounded to bfloat16, as in transformers,
         which costs accuracy (chapter 9); :meth:`rotate` keeps them in float32.
+        ``layer_type`` is the third argument of Gemma 3's and OLMo 3's ``rotary_emb``: a
+        module read for one layer type (:meth:`from_hf_config`) refuses another; one
+        built otherwise serves any.
 
         Shapes::
 
@@ -899,8 +913,16 @@ class RotaryEmbedding(PositionScheme):
         Raises:
             TypeError: ``x`` is not a floating tensor or ``position_ids`` is not an
                 integer tensor.
-            ValueError: ``position_ids`` is 0-D or has a negative position.
+            ValueError: ``position_ids`` is 0-D or has a negative position, or
+                ``layer_type`` is not the one the module was read for.
         """
+        if layer_type is not None and not isinstance(layer_type, str):
+            raise TypeError(f"layer_type must be a str or None, got {type(layer_type).__name__}")
+        if layer_type is not None and self.layer_type not in (None, layer_type):
+            raise ValueError(
+                f"layer_type={layer_type!r}: this RotaryEmbedding holds the tables of "
+                f"{self.layer_type!r} layers (RotaryEmbeddingPerLayerType holds one per type)"
+            )
         if not isinstance(x, Tensor) or not x.is_floating_point():
             what = x.dtype if isinstance(x, Tensor) else type(x).__name__
             raise TypeError(f"x must be a floating torch.Tensor, got {what}")
@@ -962,8 +984,75 @@ class RotaryEmbedding(PositionScheme):
         )
 
     def extra_repr(self) -> str:
+        layer_type = "" if self.layer_type is None else f", layer_type={self.layer_type!r}"
         return (
             f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base}, "
             f"layout={self.layout!r}, dtype={self.table_dtype}, scaling={self.scaling!r}, "
-            f"scaling_params={self.scaling_params}"
+            f"scaling_params={self.scaling_params}{layer_type}"
         )
+
+
+class RotaryEmbeddingPerLayerType(nn.Module):
+    """One :class:`RotaryEmbedding` per layer type, as Gemma 3's and OLMo 3's
+    ``rotary_emb`` holds one table per type.
+
+    ``module(x, position_ids, layer_type)`` returns that type's ``(cos, sin)``
+    (:meth:`RotaryEmbedding.forward`), the call of those models' decoder; as a
+    mapping, ``module[layer_type]`` is that type's :class:`RotaryEmbedding`, the
+    position scheme for a :class:`~pecode.attention.MultiHeadAttention` of that type.
+
+    Args:
+        embeddings: the rotary embedding of each layer type, by name.
+
+    Raises:
+        TypeError: a value is not a :class:`RotaryEmbedding`, or a name not a str.
+        ValueError: no layer types.
+    """
+
+    def __init__(self, embeddings: Mapping[str, RotaryEmbedding]) -> None:
+        super().__init__()
+        if not isinstance(embeddings, Mapping) or not embeddings:
+            raise ValueError("embeddings must be a non-empty dict of layer type -> RotaryEmbedding")
+        for name, embedding in embeddings.items():
+            if not isinstance(name, str):
+                raise TypeError(f"layer types must be str, got {type(name).__name__}")
+            if not isinstance(embedding, RotaryEmbedding):
+                raise TypeError(
+                    f"embeddings[{name!r}] must be a RotaryEmbedding, got "
+                    f"{type(embedding).__name__}"
+                )
+        self.embeddings = nn.ModuleDict(dict(embeddings))
+
+    @classmethod
+    def from_hf_config(
+        cls, config: Mapping[str, Any] | object, **kwargs: Any
+    ) -> RotaryEmbeddingPerLayerType:
+        """Every layer type's rotary embedding from a Hugging Face config.
+
+        The layer types are those of the config's blocks per layer type, or of its
+        ``layer_types`` (one block for all), or ``"full_attention"`` alone; each is
+        :meth:`RotaryEmbedding.from_hf_config` with that ``layer_type``.
+
+        Raises:
+            TypeError, ValueError: as :meth:`RotaryEmbedding.from_hf_config`.
+        """
+        types = hf_layer_types(config)
+        return cls(
+            {
+                name: RotaryEmbedding.from_hf_config(config, layer_type=name, **kwargs)
+                for name in types
+            }
+        )
+
+    def __getitem__(self, layer_type: str) -> RotaryEmbedding:
+        if layer_type not in self.embeddings:
+            raise KeyError(f"no layer type {layer_type!r}; this module has {list(self.embeddings)}")
+        return self.embeddings[layer_type]
+
+    def forward(self, x: Tensor, position_ids: Tensor, layer_type: str) -> tuple[Tensor, Tensor]:
+        """That layer type's ``(cos, sin)`` (:meth:`RotaryEmbedding.forward`).
+
+        Raises:
+            KeyError: no such layer type.
+        """
+        return self[layer_type](x, position_ids)

@@ -103,7 +103,10 @@ __all__ = [
     "SCALING_KINDS",
     "ScalingKind",
     "frequencies_from_hf_config",
+    "hf_layer_types",
+    "hf_query_temperature",
     "hf_rope_arguments",
+    "log_length_query_scale",
     "rope_frequencies",
     "unseen_angle_pairs",
     "yarn_attention_factor",
@@ -298,9 +301,9 @@ def _llama3(dim: int, base: float, params: dict[str, Any]) -> tuple[Tensor, floa
     factor = _factor(params)
     low_freq_factor = _number("low_freq_factor", params["low_freq_factor"])
     high_freq_factor = _number("high_freq_factor", params["high_freq_factor"])
-    if not high_freq_factor > low_freq_factor > 0:
+    if not high_freq_factor >= low_freq_factor > 0:
         raise ValueError(
-            "need high_freq_factor > low_freq_factor > 0, got "
+            "need high_freq_factor >= low_freq_factor > 0, got "
             f"low_freq_factor={low_freq_factor}, high_freq_factor={high_freq_factor}"
         )
     original = check_int(
@@ -308,8 +311,11 @@ def _llama3(dim: int, base: float, params: dict[str, Any]) -> tuple[Tensor, floa
     )
     inv_freq = rope_inv_freq(dim, base, dtype=torch.float64)
     wavelength = 2 * math.pi / inv_freq
-    smooth = (original / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
-    middle = (1.0 - smooth) * inv_freq / factor + smooth * inv_freq
+    if high_freq_factor == low_freq_factor:  # no middle band: a step (Llama 4 Scout)
+        middle = inv_freq  # reached only at λ = L0/low exactly, where transformers gives 0/0
+    else:
+        smooth = (original / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
+        middle = (1.0 - smooth) * inv_freq / factor + smooth * inv_freq
     result = torch.where(wavelength > original / low_freq_factor, inv_freq / factor, middle)
     return torch.where(wavelength < original / high_freq_factor, inv_freq, result), 1.0
 
@@ -421,6 +427,11 @@ SCALING_KINDS: dict[str, ScalingKind] = {
     ),
 }
 """Every kind by name, with its rule, its required and optional parameters and its reference."""
+
+
+def _closeness(name: str, options: Any) -> float:
+    """How close ``name`` comes to its nearest option (1: equal, 0: nothing alike)."""
+    return max((difflib.SequenceMatcher(None, name, str(o)).ratio() for o in options), default=0)
 
 
 def _did_you_mean(name: object, options: Any) -> str:
@@ -608,7 +619,25 @@ takes it only if it equals ``max_position_embeddings``). Each rope type is the
 :data:`SCALING_KINDS` entry of the same name."""
 
 _HF_ANY_BLOCK = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
+# keys some blocks carry for the attention, not the frequencies: Ministral 3's and
+# Mistral Large 3's query temperature, and the length it counts in (transformers'
+# Ministral3Config lists both in ignore_keys_at_rope_validation)
+_HF_ATTENTION_KEYS = ("llama_4_scaling_beta", "max_position_embeddings")
 _HF_LONGROPE_MODELS = ("phi3", "phi4_multimodal")  # whose config classes read "yarn" as longrope
+# HunYuan's rotary embedding reads a "dynamic" block with a nonzero alpha as NTK-aware
+# scaling with factor alpha, fixed (its "ntk_alpha"); other model classes ignore alpha
+_HF_ALPHA_MODELS = ("hunyuan", "hunyuan_v1_dense", "hunyuan_v1_moe")
+# keys HunYuan's published "dynamic" blocks carry that its rotary embedding never reads
+_HF_ALPHA_UNREAD = ("beta_fast", "beta_slow", "mscale", "mscale_all_dim")
+# Configuration classes that build one block per layer type from a flat (transformers 4)
+# config: the full-attention layers get rope_theta and the rope_scaling block, the
+# sliding ones unscaled RoPE with this base (Gemma 3: its own key; OLMo 3: the class's
+# default_theta, 500000, whatever rope_theta says).
+_HF_SLIDING_BASE = {
+    "gemma3": "rope_local_base_freq",
+    "gemma3_text": "rope_local_base_freq",
+    "olmo3": 500000.0,
+}
 
 
 def _agreed(name: str, *sources: tuple[str, Any]) -> Any:
@@ -621,35 +650,146 @@ def _agreed(name: str, *sources: tuple[str, Any]) -> Any:
     return given[0][1] if given else None
 
 
-def _hf_block(config: Mapping[str, Any], layer_type: str | None) -> tuple[str, dict[str, Any]]:
-    blocks = [key for key in ("rope_parameters", "rope_scaling") if config.get(key) is not None]
-    if len(blocks) == 2 and config["rope_parameters"] != config["rope_scaling"]:
-        raise ValueError("config has both rope_parameters and rope_scaling, and they differ")
-    if not blocks:
-        if layer_type is not None:
-            raise ValueError(f"layer_type={layer_type!r} given, but the config has no rope block")
-        return "rope_parameters", {}
-    where, block = blocks[0], config[blocks[0]]
-    if not isinstance(block, Mapping):
-        raise TypeError(f"{where} must be a dict, got {type(block).__name__}")
-    nested = (
+def _hf_config_dict(config: object) -> Mapping[str, Any]:
+    """The config as a dict: a loaded ``config.json``, or a transformers config object
+    (its ``to_dict()``); a multimodal config's ``text_config`` when the rope keys are
+    there (Gemma 3, Mistral 3)."""
+    if not isinstance(config, Mapping):
+        to_dict = getattr(config, "to_dict", None)
+        if not callable(to_dict) or not isinstance(written := to_dict(), Mapping):
+            raise TypeError(
+                "config must be a dict (a loaded config.json) or a transformers config, got "
+                f"{type(config).__name__}"
+            )
+        config = written
+    text = config.get("text_config")
+    rope_keys = ("rope_parameters", "rope_scaling", "rope_theta")
+    if isinstance(text, Mapping) and all(config.get(key) is None for key in rope_keys):
+        return text
+    return config
+
+
+def _is_per_layer_type(block: Mapping[str, Any]) -> bool:
+    return bool(
         block
         and "rope_type" not in block
         and "type" not in block
         and all(value is None or isinstance(value, Mapping) for value in block.values())
     )
-    if nested:  # transformers 5: one block per layer type (Gemma 3: full/sliding attention)
+
+
+def _hf_blocks_per_layer_type(config: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """The blocks per layer type that transformers 5.23's Gemma 3 and OLMo 3 config
+    classes build from a flat (transformers 4) config, or None for other configs."""
+    sliding_base = _HF_SLIDING_BASE.get(config.get("model_type"))
+    parameters = config.get("rope_parameters")
+    if sliding_base is None or (isinstance(parameters, Mapping) and _is_per_layer_type(parameters)):
+        return None
+    model_type = config["model_type"]
+    if parameters is not None:
+        raise ValueError(
+            f"rope_parameters: transformers' {model_type} config class reads it only as one "
+            "block per layer type ({'full_attention': ..., 'sliding_attention': ...}); a "
+            "flat block belongs in rope_scaling"
+        )
+    scaling = config.get("rope_scaling") or {}
+    if not isinstance(scaling, Mapping):
+        raise TypeError(f"rope_scaling must be a dict, got {type(scaling).__name__}")
+    full = dict(scaling) if scaling else {"rope_type": "default"}
+    theta = _agreed(
+        "rope_theta",
+        ("rope_scaling['rope_theta']", scaling.get("rope_theta")),
+        ("rope_theta", config.get("rope_theta")),
+    )
+    if theta is None:
+        raise ValueError(
+            f"rope_theta: the {model_type} config gives none (transformers then uses its "
+            "class's default_theta); add it to the config"
+        )
+    full["rope_theta"] = theta
+    if isinstance(sliding_base, str):
+        if config.get(sliding_base) is None:
+            raise ValueError(
+                f"{sliding_base}: the {model_type} config gives none, the base of its sliding "
+                "layers (transformers then uses 10000); add it to the config"
+            )
+        sliding_theta = config[sliding_base]
+    else:
+        if _number("rope_theta", theta) != sliding_base:
+            raise ValueError(
+                f"rope_theta={theta!r}: transformers 5.23 reads a flat {model_type} config "
+                f"with base {sliding_base:g} on its sliding layers whatever rope_theta says; "
+                "write rope_parameters per layer type ({'full_attention': ..., "
+                "'sliding_attention': ...}) to say which base they have"
+            )
+        sliding_theta = sliding_base
+    return {
+        "full_attention": full,
+        "sliding_attention": {"rope_type": "default", "rope_theta": sliding_theta},
+    }
+
+
+def _hf_block(
+    config: Mapping[str, Any], layer_type: str | None
+) -> tuple[str, dict[str, Any], bool]:
+    """Where the block is, the block, and whether it is one of a block per layer type."""
+    if layer_type is not None and not isinstance(layer_type, str):
+        raise TypeError(f"layer_type must be a str or None, got {type(layer_type).__name__}")
+    converted = _hf_blocks_per_layer_type(config)
+    if converted is not None:  # Gemma 3, OLMo 3 written by transformers 4
+        where, block = f"{config['model_type']} rope_scaling read per layer type", converted
+    else:
+        blocks = [key for key in ("rope_parameters", "rope_scaling") if config.get(key) is not None]
+        if len(blocks) == 2 and config["rope_parameters"] != config["rope_scaling"]:
+            raise ValueError("config has both rope_parameters and rope_scaling, and they differ")
+        if not blocks:
+            _check_layer_type_listed(config, layer_type)
+            return "rope_parameters", {}, False
+        where, block = blocks[0], config[blocks[0]]
+        if not isinstance(block, Mapping):
+            raise TypeError(f"{where} must be a dict, got {type(block).__name__}")
+    if _is_per_layer_type(block):  # transformers 5: one block per layer type (Gemma 3)
         if layer_type not in block:
             raise ValueError(
                 f"{where} holds one block per layer type, {sorted(block)}: pass layer_type= "
                 f"one of them (got {layer_type!r})"
             )
-        return f"{where}[{layer_type!r}]", dict(block[layer_type] or {})
-    if layer_type is not None:
+        return f"{where}[{layer_type!r}]", dict(block[layer_type] or {}), True
+    _check_layer_type_listed(config, layer_type)
+    return where, dict(block), False
+
+
+def hf_layer_types(config: Mapping[str, Any] | object) -> list[str]:
+    """The layer types whose rope block a config gives, sorted.
+
+    Those of its blocks per layer type (transformers 5's form, or Gemma 3's and OLMo 3's
+    flat form read as their config classes read it), leaving out a type whose block is
+    null; else those its ``layer_types`` lists (one block serves them all); else
+    ``["full_attention"]``.
+
+    Raises:
+        TypeError, ValueError: as :func:`hf_rope_arguments` for the config.
+    """
+    config = _hf_config_dict(config)
+    blocks = _hf_blocks_per_layer_type(config)
+    if blocks is None:
+        blocks = config.get("rope_parameters") or config.get("rope_scaling")
+    if isinstance(blocks, Mapping) and _is_per_layer_type(blocks):
+        return sorted(name for name, block in blocks.items() if block is not None)
+    listed = config.get("layer_types")
+    if isinstance(listed, list | tuple) and listed:
+        return sorted(set(listed))
+    return ["full_attention"]
+
+
+def _check_layer_type_listed(config: Mapping[str, Any], layer_type: str | None) -> None:
+    # one block serves every layer type (Gemma 2, Cohere 2, gpt-oss): a layer_type is
+    # accepted if the config's layer_types, where it lists them, has it
+    listed = config.get("layer_types")
+    if layer_type is not None and isinstance(listed, list | tuple) and layer_type not in listed:
         raise ValueError(
-            f"layer_type={layer_type!r} given, but {where} is one block for all layers"
+            f"layer_type={layer_type!r} is not among the config's layer_types {sorted(set(listed))}"
         )
-    return where, dict(block)
 
 
 def _hf_rope_type(block: dict[str, Any], where: str, model_type: Any) -> str:
@@ -674,10 +814,18 @@ def _hf_rope_type(block: dict[str, Any], where: str, model_type: Any) -> str:
             f"the rope types of transformers 5.23: {list(HF_ROPE_TYPES)}"
         )
     required, optional = HF_ROPE_TYPES[rope_type]
-    accepted = _HF_ANY_BLOCK + required + optional
+    accepted = _HF_ANY_BLOCK + _HF_ATTENTION_KEYS + required + optional
+    if rope_type == "dynamic" and block.get("alpha"):
+        if model_type not in _HF_ALPHA_MODELS:
+            raise ValueError(
+                f"{where}['alpha']: only HunYuan's model classes read it (a fixed NTK factor; "
+                f"model_type one of {list(_HF_ALPHA_MODELS)}); model_type is {model_type!r}, "
+                "whose rotary embedding would ignore it"
+            )
+        accepted += ("alpha", *_HF_ALPHA_UNREAD)
     unknown = [key for key in block if key not in accepted]
-    if unknown:  # a misspelt key first: a misspelt rope_type makes the others unknown too
-        key = min(unknown, key=lambda key: not _did_you_mean(key, accepted))
+    if unknown:  # the likeliest misspelling first: a misspelt rope_type makes others unknown
+        key = max(unknown, key=lambda key: _closeness(key, accepted))
         raise ValueError(
             f"{where} has the key {key!r}{_did_you_mean(key, accepted)}, which rope_type "
             f"{rope_type!r} does not take; it takes {sorted(accepted)}"
@@ -757,39 +905,65 @@ def hf_rope_arguments(
     :class:`~pecode.rope.RotaryEmbedding` takes it from the positions of each call).
     ``RotaryEmbedding.from_hf_config(config)`` builds the module from them.
 
+    Per layer type. A config with one block per layer type (transformers 5's
+    ``rope_parameters: {"full_attention": ..., "sliding_attention": ...}``) needs
+    ``layer_type``; so does a Gemma 3 or OLMo 3 config in transformers 4's flat form,
+    which is read as their config classes read it: ``rope_theta`` and ``rope_scaling``
+    for the full-attention layers; unscaled RoPE with base ``rope_local_base_freq``
+    (Gemma 3) or 500000 (OLMo 3; another ``rope_theta`` is refused, since transformers
+    would still use 500000 there) for the sliding ones. One block for all layers
+    (Gemma 2, Cohere 2, gpt-oss) takes any ``layer_type`` the config's ``layer_types``
+    lists. A multimodal config (a ``text_config`` holding the rope keys) is read from
+    its ``text_config``.
+
+    Other model classes' readings: HunYuan's ``dynamic`` block with a nonzero ``alpha``
+    is NTK-aware scaling with factor ``alpha``, fixed (``scaling="ntk"``; the block's
+    unread ``beta_fast``, ``beta_slow``, ``mscale``, ``mscale_all_dim`` are accepted,
+    a ``factor`` other than 1 is refused); ``llama_4_scaling_beta`` (Ministral 3) is
+    the attention's query temperature, not a frequency, and is left to the attention
+    (:func:`hf_query_temperature`); ``llama3`` with ``low_freq_factor ==
+    high_freq_factor`` (Llama 4 Scout) is a step with no middle band.
+
     Args:
-        config: the model's ``config.json`` as a dict (``json.load``, or a transformers
-            config's ``to_dict()``).
+        config: the model's ``config.json`` as a dict (``json.load``), or a
+            transformers config object (read through its ``to_dict()``).
         head_dim: the per-head width, for configs that spell it in their own way
             (GPT-J's ``n_embd / n_head``); it must agree with the config's if both give one.
-        layer_type: for a ``rope_parameters`` block per layer type (transformers 5
-            configs of Gemma 3 and others): which one to read.
+        layer_type: which layer type's block to read (``"full_attention"``,
+            ``"sliding_attention"``, ...), for the configs above.
 
     Raises:
-        TypeError: ``config`` is not a dict, or a value has the wrong type.
+        TypeError: ``config`` is neither a dict nor a transformers config, or a value
+            has the wrong type.
         ValueError: a key no rope type takes (the message suggests a close spelling), a
             required key missing, an unknown ``rope_type``, a value given twice with
             different values, no ``rope_theta``, or a value :func:`rope_frequencies`
             rejects; each message names the key.
     """
-    if not isinstance(config, Mapping):
-        raise TypeError(
-            f"config must be a dict (a loaded config.json), got {type(config).__name__}"
-        )
+    config = _hf_config_dict(config)
     no_block = config.get("rope_parameters") is None and config.get("rope_scaling") is None
     if no_block and ("rope_type" in config or "type" in config):
         raise ValueError(
             "config looks like a rope block alone: pass the whole config.json, or "
             "{'rope_parameters': block, 'head_dim': ..., 'max_position_embeddings': ...}"
         )
-    where, block = _hf_block(config, layer_type)
+    where, block, per_layer_type = _hf_block(config, layer_type)
     rope_type = _hf_rope_type(block, where, config.get("model_type"))
 
-    theta = _agreed(
-        "rope_theta",
-        (f"{where}['rope_theta']", block.get("rope_theta")),
-        ("rope_theta", config.get("rope_theta")),
-        ("rotary_emb_base", config.get("rotary_emb_base")),
+    # a block per layer type has its own base; the top level's is another layer type's
+    top_level = (
+        ()
+        if per_layer_type
+        else (
+            ("rope_theta", config.get("rope_theta")),
+            ("rotary_emb_base", config.get("rotary_emb_base")),
+        )
+    )
+    theta = _agreed("rope_theta", (f"{where}['rope_theta']", block.get("rope_theta")), *top_level)
+    _agreed(
+        "max_position_embeddings",
+        (f"{where}['max_position_embeddings']", block.get("max_position_embeddings")),
+        ("max_position_embeddings", config.get("max_position_embeddings")),
     )
     if theta is None:
         raise ValueError(
@@ -838,6 +1012,13 @@ def hf_rope_arguments(
         params["low_freq_factor"] = block["low_freq_factor"]
         params["high_freq_factor"] = block["high_freq_factor"]
         params["original_max_position_embeddings"] = original_length()
+    elif rope_type == "dynamic" and block.get("alpha"):  # HunYuan: NTK with factor alpha
+        if block.get("factor") not in (None, 1, 1.0):
+            raise ValueError(
+                f"{where} has alpha={block['alpha']!r} and factor={block['factor']!r}: HunYuan's "
+                "rotary embedding uses alpha and ignores factor; set factor to 1"
+            )
+        rope_type, params["factor"] = "ntk", block["alpha"]
     elif rope_type == "dynamic":
         trained = _hf_max_positions(config, "dynamic reads the trained length from it")
         if block.get("original_max_position_embeddings") not in (None, trained):
@@ -942,3 +1123,82 @@ def frequencies_from_hf_config(
             params["original_max_position_embeddings"] if seq_len is None else seq_len
         )
     return rope_frequencies(kind, arguments["rotary_dim"], arguments["base"], dtype=dtype, **params)
+
+
+# ------------------------------------------------------- length-dependent query temperature
+
+
+def log_length_query_scale(
+    positions: Tensor, beta: float, length: int, *, offset: int = 0
+) -> Tensor:
+    """The factor ``1 + β ln(1 + ⌊(p + offset) / length⌋)`` that multiplies each query.
+
+    A query far into a long context sees many more keys, and its softmax flattens; this
+    factor sharpens it again, one step per ``length`` positions (the log-length scaling
+    of Scalable-Softmax, Nakanishi 2025, taken in steps). Llama 4 multiplies the queries
+    of its NoPE layers by it with ``β = attn_scale = 0.1``, ``length = floor_scale =
+    8192`` and ``offset = 1`` (``Llama4TextAttention`` in transformers); Ministral 3 and
+    Mistral Large 3 multiply every query, after RoPE, with ``β = llama_4_scaling_beta``,
+    ``length = original_max_position_embeddings`` and ``offset = 0``
+    (``get_llama_4_attn_scale``). It is 1 for every position below ``length - offset``.
+
+    Shapes::
+
+        positions: [...] (integer)
+        returns:   [...] float64 on positions' device
+
+    Raises:
+        TypeError: ``positions`` is not an integer tensor, or ``beta`` not a number.
+        ValueError: ``length`` not a positive int, ``offset`` negative, or a negative
+            position.
+    """
+    if not isinstance(positions, Tensor) or positions.is_floating_point() or positions.is_complex():
+        what = positions.dtype if isinstance(positions, Tensor) else type(positions).__name__
+        raise TypeError(f"positions must be an integer torch.Tensor, got {what}")
+    beta = _number("beta", beta)
+    check_int("length", length)
+    check_int("offset", offset, minimum=0)
+    if positions.numel() and int(positions.min()) < 0:
+        raise ValueError(f"positions must be non-negative, got {int(positions.min())}")
+    steps = torch.div(positions.to(torch.int64) + offset, length, rounding_mode="floor")
+    return 1.0 + beta * torch.log1p(steps.to(torch.float64))
+
+
+def hf_query_temperature(config: Mapping[str, Any] | object) -> dict[str, Any] | None:
+    """The log-length query temperature a Hugging Face config asks for, or None.
+
+    Returns :func:`log_length_query_scale`'s arguments ``{"beta", "length", "offset"}``
+    and ``"layers"``: ``"nope"`` for Llama 4 (``attn_temperature_tuning``; the layers
+    without RoPE only), ``"all"`` for Ministral 3 / Mistral Large 3 (a
+    ``llama_4_scaling_beta`` in the rope block). None when the config has neither.
+
+    Raises:
+        TypeError, ValueError: as :func:`hf_rope_arguments` for the config; a value of
+            the wrong type or range, naming the key.
+    """
+    config = _hf_config_dict(config)
+    if config.get("attn_temperature_tuning"):
+        for key in ("attn_scale", "floor_scale"):
+            if config.get(key) is None:
+                raise ValueError(f"{key}: attn_temperature_tuning is on but the config has none")
+        return {
+            "beta": _number("attn_scale", config["attn_scale"]),
+            "length": check_int("floor_scale", config["floor_scale"]),
+            "offset": 1,
+            "layers": "nope",
+        }
+    block = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    if not isinstance(block, Mapping) or block.get("llama_4_scaling_beta") is None:
+        return None
+    original = block.get("original_max_position_embeddings")
+    if original is None:
+        raise ValueError(
+            "original_max_position_embeddings: the rope block has llama_4_scaling_beta but no "
+            "original_max_position_embeddings, the length its temperature counts in"
+        )
+    return {
+        "beta": _number("llama_4_scaling_beta", block["llama_4_scaling_beta"]),
+        "length": check_int("original_max_position_embeddings", original),
+        "offset": 0,
+        "layers": "all",
+    }

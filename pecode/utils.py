@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pecode._checks import check_int
+from pecode._checks import check_bool, check_int
 
 __all__ = ["SourceListing", "Table", "cpu_threads", "device", "set_seed", "show_source"]
 
@@ -159,7 +159,7 @@ def show_source(
         if not inspect.isclass(obj):
             raise TypeError(f"members is for a class, got {qualified}")
         shown = _class_with_members(full, members, qualified)
-    if not docstrings:
+    if not check_bool("docstrings", docstrings):
         shown = _without_docstrings(shown)
     return SourceListing(qualified, shown, full)
 

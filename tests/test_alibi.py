@@ -213,6 +213,11 @@ def test_bad_lengths_and_shapes_are_refused():
         )
     with pytest.raises(ValueError, match="no key"):
         alibi_bias_from_positions(torch.ones(2), torch.tensor([0, 1]), torch.tensor([1, 2]))
+    # "False" is truthy: before the check it gave the symmetric bias
+    with pytest.raises(TypeError, match="symmetric must be a bool"):
+        alibi_bias(4, 3, symmetric="False")
+    with pytest.raises(TypeError, match="symmetric must be a bool"):
+        ALiBi(4, symmetric="False")
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])

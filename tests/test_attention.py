@@ -186,6 +186,8 @@ def test_explicit_positions_are_validated():
         ({"embed_dim": 12, "num_heads": 4, "num_kv_heads": 2.0}, TypeError, "num_kv_heads"),
         ({"embed_dim": 12, "num_heads": 3, "context_dim": 0}, ValueError, "context_dim"),
         ({"embed_dim": 12, "num_heads": 3, "dropout": "0.1"}, TypeError, "dropout"),
+        # "False" is truthy: before the check it gave the projections biases
+        ({"embed_dim": 12, "num_heads": 3, "bias": "False"}, TypeError, "bias must be a bool"),
     ],
 )
 def test_constructor_rejects_bad_arguments(kwargs, error, match):
@@ -328,6 +330,78 @@ def test_kv_cache_with_output_term_scheme():
         cache = KVCache()
         steps = [layer(x[:, t : t + 1], causal=True, cache=cache) for t in range(5)]
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-10)
+
+
+def test_causal_must_be_a_bool():
+    # "False" is truthy: before the check it ran a causal pass with no error
+    layer = make_layer()
+    x = torch.randn(1, 4, 12, dtype=torch.float64)
+    for value in ("False", 0, None):
+        with pytest.raises(TypeError, match="causal must be a bool"):
+            layer(x, causal=value)
+        with pytest.raises(TypeError, match="causal must be a bool"):
+            layer.attention_weights(x, causal=value)
+
+
+def test_one_cache_serves_one_layer():
+    # two layers of the same sizes would fill one cache with each other's keys, no error
+    first, second = make_layer(seed=0), make_layer(seed=1)
+    cache = KVCache()
+    x = torch.randn(1, 3, 12, dtype=torch.float64)
+    with torch.no_grad():
+        first(x, cache=cache)
+        first(x[:, :1], cache=cache)  # the same layer again: fine
+        with pytest.raises(ValueError, match="another attention layer"):
+            second(x[:, :1], cache=cache)
+    assert len(cache) == 4  # the refused call added nothing
+
+
+class _RecordingSDPA:
+    """Stands in for scaled_dot_product_attention and records the masks it is given."""
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        real = torch.nn.functional.scaled_dot_product_attention
+
+        def record(q, k, v, attn_mask=None, is_causal=False, **kwargs):
+            self.calls.append((attn_mask, is_causal))
+            return real(q, k, v, attn_mask=attn_mask, is_causal=is_causal, **kwargs)
+
+        monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", record)
+
+
+def test_a_causal_prefill_builds_no_mask_and_padding_a_boolean_one(monkeypatch):
+    # An L×L float mask is 4·L² bytes a batch row (256 MiB at L = 8192): a causal prefill
+    # needs none (SDPA's is_causal), a decoding step none either, and a padded prefill a
+    # boolean one, as transformers' SDPA path. The outputs equal the float64 loop.
+    layer = make_layer()
+    x = torch.randn(2, 6, 12, dtype=torch.float64)
+    keys = torch.ones(2, 6, dtype=torch.bool)
+    keys[0, :2] = False  # row 0 left-padded by two
+    sdpa = _RecordingSDPA(monkeypatch)
+    cache = KVCache()
+    with torch.no_grad():
+        prefill = layer(x, causal=True, cache=cache)
+        step = layer(x[:, :1], causal=True, cache=cache)
+        padded = layer(x, causal=True, attn_mask=keys[:, None, None, :])
+    (prefill_mask, prefill_causal), (step_mask, step_causal), (padded_mask, padded_causal) = (
+        sdpa.calls
+    )
+    assert prefill_mask is None
+    assert prefill_causal
+    assert step_mask is None
+    assert not step_causal
+    assert padded_mask.dtype == torch.bool
+    assert not padded_causal
+    assert padded_mask.shape == (2, 1, 6, 6)
+    full = torch.cat((x, x[:, :1]), dim=1)
+    reference = multi_head_attention_loop(layer, full, causal=True)
+    assert torch.allclose(prefill, reference[:, :6], atol=1e-12)
+    assert torch.allclose(step, reference[:, 6:], atol=1e-12)
+    # each row's real tokens alone (no positions: padding removed changes nothing else)
+    assert torch.allclose(padded[1], reference[1, :6], atol=1e-12)
+    alone = multi_head_attention_loop(layer, x[:1, 2:], causal=True)
+    assert torch.allclose(padded[0, 2:], alone[0], atol=1e-12)
 
 
 def test_kv_cache_errors():

@@ -228,12 +228,20 @@ def llama_with_pecode(model: nn.Module, config: dict, call: dict) -> nn.Module:
     return swapped
 
 
+# transformers 5.24 renamed the cache argument and output past_key_values to cache
+CACHE_KEYWORD = (
+    "cache"
+    if "cache" in inspect.signature(transformers.LlamaForCausalLM.forward).parameters
+    else "past_key_values"
+)
+
+
 def decode_with_hf(model: nn.Module, ids: Tensor, mask: Tensor, steps: Tensor) -> list[Tensor]:
     """Hugging Face's logits: a prefill of ``ids``, then ``steps`` one token at a time."""
     positions = positions_from_mask(mask)
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
-        logits, past = [out.logits], out.past_key_values
+        logits, past = [out.logits], out[CACHE_KEYWORD]
         for t in range(steps.shape[1]):
             mask = torch.cat((mask, torch.ones(len(ids), 1, dtype=torch.long)), dim=1)
             positions = positions[:, -1:] + 1
@@ -241,8 +249,8 @@ def decode_with_hf(model: nn.Module, ids: Tensor, mask: Tensor, steps: Tensor) -
                 input_ids=steps[:, t : t + 1],
                 attention_mask=mask,
                 position_ids=positions,
-                past_key_values=past,
                 use_cache=True,
+                **{CACHE_KEYWORD: past},
             )
             logits.append(out.logits)
     return logits
@@ -386,6 +394,34 @@ def test_hf_builders_and_wrapper_refuse_what_they_cannot_do():
         wrapper(
             torch.zeros(1, 3, 32), attention_mask=torch.ones(3, 3), position_ids=torch.arange(3)
         )
+
+
+def test_wrapper_reads_the_cache_under_both_names_and_refuses_another():
+    # transformers 5.24 passes cache=, 5.23 past_key_values=; before, cache= went into
+    # **kwargs unread and every decoding step attended to its own token only
+    from transformers import DynamicCache
+
+    layer = MultiHeadAttention(32, 4, position=RotaryEmbedding(8)).eval()
+    x = torch.randn(1, 5, 32, generator=torch.Generator().manual_seed(0))
+    positions = torch.arange(5)[None]
+    outputs = {}
+    for name in ("cache", "past_key_values"):
+        wrapper, cache = HFLlamaAttention(layer, 0), DynamicCache()
+        with torch.no_grad():
+            wrapper(x[:, :4], position_ids=positions[:, :4], **{name: cache})
+            outputs[name], _ = wrapper(x[:, 4:], position_ids=positions[:, 4:], **{name: cache})
+        assert cache.get_seq_length(0) == 5, name
+    with torch.no_grad():
+        full = layer(x, positions=positions, causal=True)
+        uncached = layer(x[:, 4:], positions=positions[:, 4:])
+    for name, out in outputs.items():
+        assert worst(out, full[:, 4:]) < 1e-6, name
+    assert worst(uncached, full[:, 4:]) > 1e-3  # what reading no cache gives instead
+    wrapper = HFLlamaAttention(layer, 0)
+    with pytest.raises(ValueError, match="two different caches"):
+        wrapper(x, position_ids=positions, cache=DynamicCache(), past_key_values=DynamicCache())
+    with pytest.raises(ValueError, match="a cache came as kv_cache="):
+        wrapper(x, position_ids=positions, kv_cache=DynamicCache())
 
 
 # tiny configs of models whose attention has Llama's four projections but computes

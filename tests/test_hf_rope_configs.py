@@ -572,8 +572,11 @@ def test_bad_arguments_raise():
         frequencies_from_hf_config(CONFIGS[DYNAMIC], seq_len=0)
     with pytest.raises(ValueError, match="head_dim is given twice"):
         frequencies_from_hf_config(CONFIGS[LLAMA3], head_dim=64)
-    with pytest.raises(ValueError, match="one block for all layers"):
-        frequencies_from_hf_config(CONFIGS[LLAMA3], layer_type="full_attention")
+    listed = {**CONFIGS[LLAMA3], "layer_types": ["full_attention", "full_attention"]}
+    with pytest.raises(ValueError, match=r"layer_type='sliding_attention' is not among"):
+        frequencies_from_hf_config(listed, layer_type="sliding_attention")
+    with pytest.raises(TypeError, match="layer_type must be a str"):
+        frequencies_from_hf_config(listed, layer_type=0)
     no_factor = _with(YARN, block={"factor": None}, max_position_embeddings=None)
     with pytest.raises(ValueError, match="max_position_embeddings: the config has none"):
         frequencies_from_hf_config(no_factor)

@@ -31,7 +31,7 @@ from pecode.relative import (
 from pecode.rope import RotaryEmbedding
 
 # modules whose settings all live in their submodules, or that have none
-NO_SETTINGS_OF_THEIR_OWN = {"PositionScheme", "_Block"}
+NO_SETTINGS_OF_THEIR_OWN = {"PositionScheme", "_Block", "RotaryEmbeddingPerLayerType"}
 
 
 def _cases() -> list[tuple[nn.Module, dict[str, object]]]:

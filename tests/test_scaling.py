@@ -670,7 +670,7 @@ def test_registry_lists_the_contract_kinds():
                 "high_freq_factor": 1.0,
                 "original_max_position_embeddings": 8192,
             },
-            "high_freq_factor > low_freq_factor",
+            "high_freq_factor >= low_freq_factor",
         ),
         ("dynamic", {"factor": 2.0, "original_max_position_embeddings": 0}, "must be positive"),
         ("base_change", {"rope_theta": 0.5}, "rope_theta must be greater than 1"),
