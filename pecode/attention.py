@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pecode._checks import check_bool, check_int, check_integer_tensor
+from pecode._checks import check_bool, check_int, check_integer_tensor, check_real
+from pecode.scaling import log_length_query_scale
 
 __all__ = [
     "ContentOnly",
@@ -397,17 +400,55 @@ class MultiHeadAttention(nn.Module):
         bias: whether the four projections have a bias.
         dropout: dropout on the attention probabilities, active in training mode only.
 
+    Options of the 2024–26 families (each off by default; with none of them the layer
+    is the one above):
+
+        head_dim: the per-head width ``Dh``, when it is not ``D / H`` (Gemma, some
+            Qwen3 sizes, Mistral-Nemo: ``H·Dh != D``).
+        qkv_bias, out_bias: a bias on the q, k, v projections and on the output one,
+            where they differ (Qwen2/2.5: q, k, v with a bias, the output without;
+            gpt-oss: all four); ``None`` follows ``bias``.
+        qk_norm: RMS-normalise queries and keys before the position scheme, with a
+            learned gain (``q_norm``, ``k_norm``): ``"head"`` over each head's ``Dh``
+            features (Qwen3, Gemma 3; Dehghani et al. 2023's QK-norm),
+            ``"projection"`` over the whole projection (OLMo 2). ``qk_norm_eps`` is
+            the RMSNorm epsilon (default 1e-6).
+        logit_scale: the factor on ``q·k`` in place of the scheme's (Gemma's
+            ``query_pre_attn_scalar ** -0.5``, Granite's ``attention_multiplier``).
+        softcap: logits become ``softcap · tanh(logits / softcap)`` before the mask
+            (Gemma 2's ``attn_logit_softcapping``).
+        sinks: a learned logit per head (``sinks``, zeros at first) that joins each
+            softmax as one more column and is dropped after it, so a query can attend
+            to nothing (gpt-oss; Xiao et al. 2024's attention sinks, learned).
+        window: a query sees only keys fewer than ``window`` positions away
+            (``|p_q - p_k| < window``; with ``causal``, the ``window`` latest keys:
+            Mistral, Gemma 2/3 and gpt-oss sliding layers).
+        chunk: a query sees only keys of its own chunk of ``chunk`` positions
+            (``p_q // chunk == p_k // chunk``: Llama 4's chunked attention).
+        query_temperature: multiply each query, after the scheme, by
+            :func:`pecode.scaling.log_length_query_scale` of its position, with this
+            dict's ``beta``, ``length`` and ``offset`` (Llama 4's NoPE layers,
+            Ministral 3; :func:`pecode.scaling.hf_query_temperature` reads it from a
+            config).
+
+    ``window``, ``chunk`` and ``query_temperature`` read positions, so they are for
+    self-attention; ``softcap`` and ``sinks`` change the softmax, so the layer then
+    computes its weights explicitly (all ``L×Lk`` of them) instead of calling SDPA.
+
     The projections: ``q_proj`` (``D -> H·Dh``), ``k_proj`` and ``v_proj``
-    (``context_dim -> Hkv·Dh``), ``out_proj`` (``H·Dh -> D``), with ``Dh = D / H``.
+    (``context_dim -> Hkv·Dh``), ``out_proj`` (``H·Dh -> D``), with ``Dh = D / H``
+    unless ``head_dim`` is given.
 
     Raises:
         TypeError: ``embed_dim``, ``num_heads``, ``num_kv_heads`` or ``context_dim`` is
             not an int, ``dropout`` not a number, or ``position`` is not a
             :class:`PositionScheme`.
         ValueError: one of them is not positive, ``embed_dim`` is not divisible by
-            ``num_heads`` or ``num_heads`` by ``num_kv_heads``, ``dropout`` is outside
-            ``[0, 1)``, or ``position`` was built for another ``num_heads`` or
-            ``head_dim`` (a ``num_heads`` or ``head_dim`` attribute that differs).
+            ``num_heads`` (without ``head_dim``) or ``num_heads`` by ``num_kv_heads``,
+            ``dropout`` is outside ``[0, 1)``, ``position`` was built for another
+            ``num_heads`` or ``head_dim`` (a ``num_heads`` or ``head_dim`` attribute
+            that differs), or an option above is out of its range (each message names
+            it; a bool option that is not a bool is a ``TypeError``).
     """
 
     def __init__(
@@ -420,6 +461,17 @@ class MultiHeadAttention(nn.Module):
         position: PositionScheme | None = None,
         bias: bool = True,
         dropout: float = 0.0,
+        head_dim: int | None = None,
+        qkv_bias: bool | None = None,
+        out_bias: bool | None = None,
+        qk_norm: str | None = None,
+        qk_norm_eps: float = 1e-6,
+        logit_scale: float | None = None,
+        softcap: float | None = None,
+        sinks: bool = False,
+        window: int | None = None,
+        chunk: int | None = None,
+        query_temperature: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         check_int("embed_dim", embed_dim)
@@ -428,34 +480,74 @@ class MultiHeadAttention(nn.Module):
             num_heads if num_kv_heads is None else check_int("num_kv_heads", num_kv_heads)
         )
         context_dim = embed_dim if context_dim is None else check_int("context_dim", context_dim)
-        if embed_dim % num_heads != 0:
+        if head_dim is None and embed_dim % num_heads != 0:
             raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}")
         if num_heads % num_kv_heads != 0:
             raise ValueError(
                 f"num_heads={num_heads} must be divisible by num_kv_heads={num_kv_heads}"
             )
         check_bool("bias", bias)
+        qkv_bias = bias if qkv_bias is None else check_bool("qkv_bias", qkv_bias)
+        out_bias = bias if out_bias is None else check_bool("out_bias", out_bias)
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
             raise TypeError(f"dropout must be a number, got {type(dropout).__name__}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.embed_dim, self.context_dim = embed_dim, context_dim
         self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
-        self.head_dim = embed_dim // num_heads
+        self.head_dim = (
+            embed_dim // num_heads if head_dim is None else check_int("head_dim", head_dim)
+        )
         self.dropout = dropout
         self.position = self._check_scheme(position)
-        kv_width = num_kv_heads * self.head_dim
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(context_dim, kv_width, bias=bias)
-        self.v_proj = nn.Linear(context_dim, kv_width, bias=bias)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        q_width, kv_width = num_heads * self.head_dim, num_kv_heads * self.head_dim
+        self.q_proj = nn.Linear(embed_dim, q_width, bias=qkv_bias)
+        self.k_proj = nn.Linear(context_dim, kv_width, bias=qkv_bias)
+        self.v_proj = nn.Linear(context_dim, kv_width, bias=qkv_bias)
+        self.out_proj = nn.Linear(q_width, embed_dim, bias=out_bias)
+        self.qk_norm = qk_norm
+        if qk_norm is not None:
+            if qk_norm not in _QK_NORMS:
+                raise ValueError(
+                    f"qk_norm must be one of {list(_QK_NORMS)} or None, got {qk_norm!r}"
+                )
+            eps = check_real("qk_norm_eps", qk_norm_eps, above=0.0)
+            per_head = qk_norm == "head"
+            self.q_norm = nn.RMSNorm(self.head_dim if per_head else q_width, eps=eps)
+            self.k_norm = nn.RMSNorm(self.head_dim if per_head else kv_width, eps=eps)
+        self.logit_scale = (
+            None if logit_scale is None else check_real("logit_scale", logit_scale, above=0.0)
+        )
+        self.softcap = None if softcap is None else check_real("softcap", softcap, above=0.0)
+        if check_bool("sinks", sinks):
+            self.sinks = nn.Parameter(torch.zeros(num_heads))
+        else:
+            self.register_parameter("sinks", None)
+        self.window = None if window is None else check_int("window", window)
+        self.chunk = None if chunk is None else check_int("chunk", chunk)
+        self.query_temperature = _check_temperature(query_temperature)
 
     def extra_repr(self) -> str:
+        qkv_bias, out_bias = self.q_proj.bias is not None, self.out_proj.bias is not None
+        bias = (
+            f"bias={qkv_bias}"
+            if qkv_bias == out_bias
+            else (f"qkv_bias={qkv_bias}, out_bias={out_bias}")
+        )
+        options = {
+            "qk_norm": self.qk_norm,
+            "logit_scale": self.logit_scale,
+            "softcap": self.softcap,
+            "sinks": self.sinks is not None or None,
+            "window": self.window,
+            "chunk": self.chunk,
+            "query_temperature": self.query_temperature,
+        }
+        extra = "".join(f", {k}={v!r}" for k, v in options.items() if v is not None)
         return (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
             f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
-            f"context_dim={self.context_dim}, bias={self.q_proj.bias is not None}, "
-            f"dropout={self.dropout}"
+            f"context_dim={self.context_dim}, {bias}, dropout={self.dropout}{extra}"
         )
 
     def forward(
@@ -504,13 +596,13 @@ class MultiHeadAttention(nn.Module):
             x, context, positions, context_positions, causal, attn_mask, cache
         )
         dropout = self.dropout if self.training else 0.0
-        if self.position.has_output_term:
+        if self.position.has_output_term or self.softcap is not None or self.sinks is not None:
             weights = F.dropout(self._weights(q, k, mask), p=dropout, training=self.training)
-            out = _grouped_matmul(weights, v) + self.position.output_term(
-                weights, q_positions, k_positions
-            )
+            out = _grouped_matmul(weights, v)
+            if self.position.has_output_term:
+                out = out + self.position.output_term(weights, q_positions, k_positions)
         else:
-            scale = self.position.logit_scale(self.head_dim)
+            scale = self._logit_scale()
             grouped = self.num_kv_heads != self.num_heads  # SDPA has enable_gqa since torch 2.5
             is_causal = isinstance(mask, str)  # _CAUSAL: a causal prefill, no mask tensor
             out = F.scaled_dot_product_attention(
@@ -558,7 +650,11 @@ class MultiHeadAttention(nn.Module):
         """
         # in place where autograd allows it: the logits are as large as the weights
         logits = _grouped_matmul(q, k.transpose(-2, -1))
-        logits.mul_(self.position.logit_scale(self.head_dim))
+        logits.mul_(self._logit_scale())
+        if self.softcap is not None:  # Gemma 2: cap·tanh(logits/cap), before the mask
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        if self.sinks is not None:
+            return self._weights_with_sinks(logits, mask)
         if mask is None:
             return logits.softmax(dim=-1)
         q_len, k_len = logits.shape[-2:]
@@ -579,6 +675,28 @@ class MultiHeadAttention(nn.Module):
         weights = logits.masked_fill_(sees_nothing, 0.0).softmax(dim=-1)
         del logits  # freed before the copy below
         return weights.masked_fill(sees_nothing, 0.0)
+
+    def _logit_scale(self) -> float:
+        if self.logit_scale is not None:
+            return self.logit_scale
+        return self.position.logit_scale(self.head_dim)
+
+    def _weights_with_sinks(self, logits: Tensor, mask: Tensor | str | None) -> Tensor:
+        """softmax over the logits and one sink logit per head, the sink's column dropped."""
+        if mask is not None:
+            q_len, k_len = logits.shape[-2:]
+            is_causal = isinstance(mask, str)
+            logits = logits + additive_mask(
+                None if is_causal or mask.dtype != torch.bool else mask,
+                causal=is_causal,
+                bias=None if is_causal or mask.dtype == torch.bool else mask,
+                q_len=q_len,
+                k_len=k_len,
+                dtype=logits.dtype,
+                device=logits.device,
+            )
+        sink = self.sinks.to(logits.dtype).view(1, -1, 1, 1).expand(*logits.shape[:-1], 1)
+        return torch.cat((logits, sink), dim=-1).softmax(dim=-1)[..., :-1]
 
     def _prepare(
         self,
@@ -614,19 +732,23 @@ class MultiHeadAttention(nn.Module):
         if attn_mask is not None:  # checked before the cache grows
             _check_mask(attn_mask, (batch, self.num_heads, length, k_len))
             attn_mask = attn_mask[(None,) * (4 - attn_mask.dim())]  # SDPA wants >= 2 axes
-        q = self._split_heads(self.q_proj(x))
+        q = self._split_heads(self._normed(self.q_proj(x), "q"))
         if reuse:
             k, v, k_positions = cache.keys, cache.values, cache.positions
             q, _ = self.position.transform_qk(q, k, positions, k_positions)
         else:
             source = context if cross else x
-            k = self._split_heads(self.k_proj(source), self.num_kv_heads)
+            k = self._split_heads(self._normed(self.k_proj(source), "k"), self.num_kv_heads)
             v = self._split_heads(self.v_proj(source), self.num_kv_heads)
             q, k = self.position.transform_qk(q, k, positions, k_positions)
             if cache is not None and cross:
                 k, v, k_positions = cache.store_context(k, v, k_positions, context)
             elif cache is not None:
                 k, v, k_positions = cache.append(k, v, k_positions)
+        if self.query_temperature is not None:  # after the scheme, as Llama 4 and Ministral 3
+            scale = log_length_query_scale(positions, **self.query_temperature)
+            q = q * scale.to(q.device, q.dtype).unsqueeze(-1).unsqueeze(-3)
+        attn_mask = self._with_position_mask(attn_mask, positions, k_positions)
         bias = self.position.score_bias(q, self._keys_for_bias(k), positions, k_positions)
         if bias is not None:
             _check_broadcast(
@@ -636,6 +758,42 @@ class MultiHeadAttention(nn.Module):
             )
         mask = _fold_mask(attn_mask, causal, bias, length, k_len, q.dtype, q.device)
         return q, k, v, mask, positions, k_positions
+
+    def _normed(self, t: Tensor, which: str) -> Tensor:
+        """``t`` ([B, L, heads·Dh]) RMS-normalised as ``qk_norm`` says (unchanged if None)."""
+        if self.qk_norm is None:
+            return t
+        norm = self.q_norm if which == "q" else self.k_norm
+        if self.qk_norm == "projection":
+            return norm(t)
+        return norm(t.unflatten(-1, (-1, self.head_dim))).flatten(-2)
+
+    def _with_position_mask(
+        self, attn_mask: Tensor | None, q_positions: Tensor, k_positions: Tensor
+    ) -> Tensor | None:
+        """``attn_mask`` with the sliding window's and the chunks' limits folded in."""
+        if self.window is None and self.chunk is None:
+            return attn_mask
+        q_pos, k_pos = (
+            q_positions.unsqueeze(-1),
+            k_positions.unsqueeze(-2),
+        )  # [.., L, 1], [.., 1, Lk]
+        visible = torch.ones((), dtype=torch.bool, device=q_pos.device)
+        if self.window is not None:
+            visible = visible & ((q_pos - k_pos).abs() < self.window)
+        if self.chunk is not None:
+            visible = visible & (
+                q_pos.div(self.chunk, rounding_mode="floor")
+                == k_pos.div(self.chunk, rounding_mode="floor")
+            )
+        visible = visible.unsqueeze(-3)  # the head axis: [L, Lk] -> [1, L, Lk], [B, 1, L, Lk]
+        if visible.dim() == 3:
+            visible = visible.unsqueeze(0)
+        if attn_mask is None:
+            return visible
+        if attn_mask.dtype == torch.bool:
+            return attn_mask & visible
+        return attn_mask.masked_fill(~visible, float("-inf"))
 
     def _keys_for_bias(self, k: Tensor) -> Tensor:
         """``k`` repeated to the query heads, for a scheme whose bias reads the keys."""
@@ -700,6 +858,12 @@ class MultiHeadAttention(nn.Module):
                 "causal=True is for self-attention: in cross-attention every query may see "
                 "the whole context (mask its padding with attn_mask)"
             )
+        for option in ("window", "chunk", "query_temperature"):
+            if getattr(self, option) is not None:
+                raise ValueError(
+                    f"{option} reads query and key positions, which in cross-attention index "
+                    "two different sequences: it is for self-attention"
+                )
         if not self.position.supports_cross_attention:
             raise ValueError(
                 f"{type(self.position).__name__} relates query and key positions, but in "
@@ -755,7 +919,33 @@ class MultiHeadAttention(nn.Module):
 
     def _merge_heads(self, t: Tensor) -> Tensor:
         batch, _, length, _ = t.shape
-        return t.transpose(1, 2).reshape(batch, length, self.embed_dim)
+        return t.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
+
+
+_QK_NORMS = ("head", "projection")
+
+
+def _check_temperature(temperature: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``query_temperature`` as :func:`pecode.scaling.log_length_query_scale`'s arguments."""
+    if temperature is None:
+        return None
+    if not isinstance(temperature, Mapping):
+        raise TypeError(
+            f"query_temperature must be a dict or None, got {type(temperature).__name__}"
+        )
+    unknown = sorted(set(temperature) - {"beta", "length", "offset", "layers"})
+    if unknown or "beta" not in temperature or "length" not in temperature:
+        raise ValueError(
+            "query_temperature takes 'beta', 'length' and optionally 'offset' (the "
+            f"arguments of log_length_query_scale), got {sorted(temperature)}"
+        )
+    arguments = {
+        "beta": check_real("query_temperature['beta']", temperature["beta"]),
+        "length": check_int("query_temperature['length']", temperature["length"]),
+        "offset": check_int("query_temperature['offset']", temperature.get("offset", 0), minimum=0),
+    }
+    log_length_query_scale(torch.zeros(1, dtype=torch.long), **arguments)  # validates
+    return arguments
 
 
 # _fold_mask's answer for a causal pass whose queries and keys are the same positions

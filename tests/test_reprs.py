@@ -51,6 +51,18 @@ def _cases() -> list[tuple[nn.Module, dict[str, object]]]:
         "bias": False,
         "dropout": 0.25,
     }
+    options_2026 = {
+        "head_dim": 6,
+        "qkv_bias": True,
+        "out_bias": False,
+        "qk_norm": "head",
+        "logit_scale": 0.5,
+        "softcap": 30.0,
+        "sinks": True,
+        "window": 8,
+        "chunk": 16,
+        "query_temperature": {"beta": 0.1, "length": 64, "offset": 1},
+    }
     t5_settings = {
         "bidirectional": False,
         "num_buckets": 16,
@@ -83,6 +95,10 @@ def _cases() -> list[tuple[nn.Module, dict[str, object]]]:
         (
             MultiHeadAttention(32, 8, **mha_settings),
             {"embed_dim": 32, "num_heads": 8, "head_dim": 4, **mha_settings},
+        ),
+        (
+            MultiHeadAttention(32, 8, **options_2026),
+            {"embed_dim": 32, "num_heads": 8, **options_2026},
         ),
         (RotaryEmbedding(**rope_settings), rope_settings),
         (T5RelativePositionBias(3, **t5_settings), {"num_heads": 3, **t5_settings}),

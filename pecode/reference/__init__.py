@@ -6,6 +6,6 @@ job is to be easy to read and independent of the fast code they check. One submo
 per family; the names below are re-exported for convenience.
 """
 
-from pecode.reference.attention import multi_head_attention_loop
+from pecode.reference.attention import attention_layer_loop, multi_head_attention_loop
 
-__all__ = ["multi_head_attention_loop"]
+__all__ = ["attention_layer_loop", "multi_head_attention_loop"]
