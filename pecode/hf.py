@@ -29,8 +29,8 @@ pecode: this module reads the modules it is given and never imports it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -40,15 +40,18 @@ from pecode._checks import check_int
 from pecode.alibi import ALiBi
 from pecode.attention import ContentOnly, KVCache, MultiHeadAttention, PositionScheme
 from pecode.relative import T5RelativePositionBias
-from pecode.rope import RotaryEmbedding
+from pecode.rope import RotaryEmbedding, RotaryEmbeddingPerLayerType
+from pecode.scaling import hf_query_temperature
 
 __all__ = [
     "HFLlamaAttention",
     "attention_from_bloom",
     "attention_from_gpt_neox",
     "attention_from_gptj",
+    "attention_from_hf",
     "attention_from_llama",
     "attention_from_t5",
+    "swap_attention",
     "swap_llama_attention",
 ]
 
@@ -127,108 +130,188 @@ def _dropout(value: object) -> float:
     return float(value.p) if isinstance(value, nn.Dropout) else float(value or 0.0)
 
 
-# config.model_type of the models whose attention is Llama's, read in transformers 5.23:
-# four projections, rotate_half RoPE, q·k / sqrt(head_dim), nothing else
-_LLAMA_MODEL_TYPES = ("llama", "mistral")
+@dataclass(frozen=True)
+class _Family:
+    """What a model type's attention computes beyond Llama's, read in transformers 5.23."""
+
+    qk_norm: str | None = None  # "head" or "projection": its q_norm/k_norm, before RoPE
+    gemma_norm: bool = False  # the norm's gain is stored as w - 1: x̂ · (1 + w)
+    softcap_key: str | None = None  # the config key of the logit soft cap
+    sinks: bool = False  # learned sink logits (module.sinks)
+    nope_layers: str | None = None  # the config key listing which layers use RoPE (1) or not (0)
+    temperature: bool = False  # the rope block's log-length query temperature on every layer
 
 
-def _check_llama_semantics(hf_attention: nn.Module, head_dim: int) -> None:
-    """Refuse an attention module that computes something other than Llama's attention."""
-    model_type = _config_dict(hf_attention).get("model_type")
-    if model_type not in _LLAMA_MODEL_TYPES:
+# config.model_type of the models whose attention pecode rebuilds: four projections
+# (q_proj, k_proj, v_proj, o_proj), rotate_half RoPE (or none), softmax(q·k · scaling)
+_FAMILIES: dict[str, _Family] = {
+    "llama": _Family(),
+    "mistral": _Family(),
+    "ministral": _Family(),  # Ministral 8B: Mistral with sliding layers
+    "ministral3": _Family(temperature=True),  # Ministral 3, Mistral Large 3's text
+    "qwen2": _Family(),  # q, k, v with a bias, o without
+    "qwen3": _Family(qk_norm="head"),
+    "qwen3_moe": _Family(qk_norm="head"),
+    "olmo2": _Family(qk_norm="projection"),
+    "olmo3": _Family(qk_norm="projection"),
+    "granite": _Family(),  # q·k scaled by attention_multiplier (module.scaling)
+    "gemma2": _Family(softcap_key="attn_logit_softcapping"),
+    "gemma3_text": _Family(qk_norm="head", gemma_norm=True, softcap_key="attn_logit_softcapping"),
+    "smollm3": _Family(nope_layers="no_rope_layers"),
+    "gpt_oss": _Family(sinks=True),
+}
+
+
+def _family(hf_attention: nn.Module, config: Mapping[str, Any]) -> _Family:
+    """The family of ``hf_attention``'s model, or a ValueError naming what differs."""
+    model_type = config.get("model_type")
+    if model_type not in _FAMILIES:
         raise ValueError(
-            f"hf_attention belongs to a model of type {model_type!r}; attention_from_llama "
-            f"copies the attention of {', '.join(map(repr, _LLAMA_MODEL_TYPES))} only (others "
-            "with the same projections normalise q and k, scale q·k or rotate differently)"
+            f"hf_attention belongs to a model of type {model_type!r}; attention_from_hf "
+            f"rebuilds the attention of {', '.join(map(repr, _FAMILIES))} (others with the same "
+            "projections rotate or normalise differently: Cohere's interleaved pairs and "
+            "LayerNorm, Llama 4's L2 norm and chunks)"
         )
+    family = _FAMILIES[model_type]
     for name in ("q_norm", "k_norm"):
-        if getattr(hf_attention, name, None) is not None:
+        if (getattr(hf_attention, name, None) is not None) != (family.qk_norm is not None):
             raise ValueError(
-                f"hf_attention has a {name} (queries or keys normalised before RoPE, as in "
-                "Qwen3 and OLMo2); MultiHeadAttention has none"
+                f"hf_attention {'has' if family.qk_norm is None else 'lacks'} a {name}, which "
+                f"a {model_type!r} attention {'lacks' if family.qk_norm is None else 'has'}: "
+                "a module edited after loading, which pecode will not guess at"
             )
-    scaling = getattr(hf_attention, "scaling", None)
-    if scaling is not None and not math.isclose(float(scaling), head_dim**-0.5, rel_tol=1e-6):
+    if config.get("use_bidirectional_attention"):
+        raise ValueError("use_bidirectional_attention: pecode rebuilds causal decoders only")
+    return family
+
+
+def _layer_type(hf_attention: nn.Module, config: Mapping[str, Any]) -> str | None:
+    """The layer type of ``hf_attention`` (``"full_attention"``, ``"sliding_attention"``...)."""
+    layer_type = getattr(hf_attention, "layer_type", None)
+    if isinstance(layer_type, str):
+        return layer_type
+    listed, index = config.get("layer_types"), getattr(hf_attention, "layer_idx", None)
+    if isinstance(listed, list | tuple) and isinstance(index, int) and 0 <= index < len(listed):
+        return listed[index]
+    return None
+
+
+def _uses_rope(family: _Family, config: Mapping[str, Any], hf_attention: nn.Module) -> bool:
+    if family.nope_layers is None:
+        return True
+    return bool(config[family.nope_layers][hf_attention.layer_idx])
+
+
+def _norm_options(hf_attention: nn.Module, family: _Family, head_dim: int) -> dict[str, Any]:
+    """``qk_norm`` and ``qk_norm_eps`` of the pecode layer for the module's q_norm."""
+    if family.qk_norm is None:
+        return {}
+    norm = hf_attention.q_norm
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+    width = norm.weight.shape[-1]
+    kind = "head" if width == head_dim else "projection"
+    if kind != family.qk_norm:
         raise ValueError(
-            f"hf_attention.scaling is {scaling}, not 1/sqrt(head_dim) = {head_dim**-0.5} "
-            "(Granite's attention_multiplier); MultiHeadAttention scales by 1/sqrt(head_dim)"
+            f"hf_attention.q_norm normalises {width} features, not what this model type's "
+            f"{family.qk_norm!r} norm does (head_dim={head_dim})"
         )
+    return {"qk_norm": kind, "qk_norm_eps": float(eps)}
 
 
 # --------------------------------------------------------------------------- builders
 
 
-def attention_from_llama(
-    hf_attention: nn.Module, *, position: PositionScheme | None = None
+def attention_from_hf(
+    hf_attention: nn.Module,
+    *,
+    position: PositionScheme | None = None,
+    layer_type: str | None = None,
 ) -> MultiHeadAttention:
-    """pecode's attention with the weights and RoPE of a transformers ``LlamaAttention``.
+    """pecode's attention with the weights and positions of a transformers decoder's attention.
 
-    Grouped-query attention as the checkpoint has it (``num_key_value_heads`` key/value
-    heads, read from ``k_proj``'s width), and the rotary embedding of the model's config,
-    any rope type, read as it is by :meth:`RotaryEmbedding.from_hf_config
-    <pecode.rope.RotaryEmbedding.from_hf_config>` (half layout, as transformers' Llama
-    rotates). The result is :class:`~pecode.attention.MultiHeadAttention` on the
-    module's device and dtype; call it with ``causal=True`` and the model's positions
-    (``positions=position_ids``), or use :func:`swap_llama_attention` to run a whole
-    model on it. Only model types whose attention computes exactly this are accepted
-    (``config.model_type`` ``"llama"`` or ``"mistral"``, read in transformers 5.23): other
-    models with the same four projections differ elsewhere (Qwen3's and OLMo2's
-    normalised queries and keys, Granite's ``attention_multiplier``, Cohere's
-    interleaved rotation) and would run without error to different numbers.
+    For the model types that share Llama's four projections (``config.model_type``, read
+    in transformers 5.23): Llama, Mistral, Ministral and Ministral 3, Qwen2 and Qwen3
+    (and Qwen3-MoE's attention), OLMo 2 and 3, Granite, Gemma 2 and 3, SmolLM3, gpt-oss.
+    The pecode layer gets what each computes: grouped key/value heads and the head
+    width as the checkpoint has them, the projections' biases, the model's ``scaling``
+    as ``logit_scale``, Qwen3's and Gemma 3's per-head and OLMo's whole-projection
+    RMSNorm of q and k (Gemma's gain ``1 + w``), Gemma 2's soft cap, gpt-oss's sinks,
+    Ministral 3's query temperature, and the rotary embedding of the config (any rope
+    type, per layer type where the config has one block per type, half layout) or none
+    for SmolLM3's NoPE layers. The sliding windows are the masks' business: the model
+    passes each layer its own (:func:`swap_attention`), and pecode's own masks can use
+    the layer's ``window`` option. The result is on the module's device and dtype; call
+    it with ``causal=True`` and the model's positions, or run a whole model on it with
+    :func:`swap_attention`.
 
     Args:
         hf_attention: a decoder layer's ``self_attn`` (``q_proj``, ``k_proj``,
-            ``v_proj``, ``o_proj``, ``head_dim`` and the model's ``config``).
+            ``v_proj``, ``o_proj``, ``head_dim``, ``scaling`` and the model's ``config``).
         position: a scheme to use instead of building one from the config (to share one
             :class:`~pecode.rope.RotaryEmbedding` between the layers of a model).
+        layer_type: the layer type whose rope block to read; by default the module's
+            own (``layer_type``, or ``config.layer_types[layer_idx]``).
 
     Raises:
         TypeError: ``hf_attention`` lacks those attributes, or ``position`` is not a
             :class:`~pecode.attention.PositionScheme`.
-        ValueError: the heads are not ``hidden_size / num_heads`` wide (some sizes of
-            Qwen3 and Gemma set a ``head_dim`` of their own, which
-            :class:`~pecode.attention.MultiHeadAttention` cannot hold), the four
-            projections do not all have a bias or all lack one (Qwen2's q/k/v have one,
-            its o_proj has none), or the config's RoPE block is refused by
-            :func:`pecode.scaling.hf_rope_arguments` (the message names the key); the
-            config's ``model_type`` is not one of those above, or the module normalises
-            queries or keys (``q_norm``, ``k_norm``) or scales ``q·k`` by other than
-            ``1/sqrt(head_dim)`` (``scaling``).
+        ValueError: the config's ``model_type`` is not one of those above, the module
+            has a ``q_norm`` its model type lacks (or lacks one it has), or the config's
+            RoPE block is refused by :func:`pecode.scaling.hf_rope_arguments` (the
+            message names the key).
     """
-    what = "a transformers LlamaAttention"
+    what = "a transformers decoder attention"
     q, k, v, o = (
         _linear(hf_attention, name, what) for name in ("q_proj", "k_proj", "v_proj", "o_proj")
     )
     head_dim = check_int("hf_attention.head_dim", getattr(hf_attention, "head_dim", None))
-    _check_llama_semantics(hf_attention, head_dim)
+    config = _config_dict(hf_attention)
+    family = _family(hf_attention, config)
     hidden, heads, kv_heads = q.in_features, q.out_features // head_dim, k.out_features // head_dim
-    if heads * head_dim != hidden:
+    qkv_bias = [linear.bias is not None for linear in (q, k, v)]
+    if len(set(qkv_bias)) > 1:
         raise ValueError(
-            f"hf_attention has {heads} heads of head_dim={head_dim} in a model of width "
-            f"{hidden}: MultiHeadAttention needs head_dim = hidden_size / num_heads"
+            f"the projections q_proj, k_proj, v_proj have biases {qkv_bias}: MultiHeadAttention "
+            "gives q, k and v a bias or none"
         )
-    has_bias = [linear.bias is not None for linear in (q, k, v, o)]
-    if len(set(has_bias)) > 1:
-        raise ValueError(
-            f"the projections q_proj, k_proj, v_proj, o_proj have biases {has_bias}: "
-            "MultiHeadAttention gives all four a bias or none"
-        )
-    if position is None:
+    layer_type = _layer_type(hf_attention, config) if layer_type is None else layer_type
+    if position is None and _uses_rope(family, config, hf_attention):
         position = RotaryEmbedding.from_hf_config(
-            _config_dict(hf_attention), dtype=_table_dtype(q.weight)
+            config, layer_type=layer_type, dtype=_table_dtype(q.weight)
         )
+    scaling = getattr(hf_attention, "scaling", None)
+    softcap = config.get(family.softcap_key) if family.softcap_key else None
+    temperature = hf_query_temperature(config) if family.temperature else None
     layer = MultiHeadAttention(
         hidden,
         heads,
         num_kv_heads=kv_heads,
+        head_dim=head_dim,
         position=position,
-        bias=has_bias[0],
+        qkv_bias=qkv_bias[0],
+        out_bias=o.bias is not None,
         dropout=_dropout(getattr(hf_attention, "attention_dropout", 0.0)),
+        logit_scale=None if scaling is None or scaling == head_dim**-0.5 else float(scaling),
+        softcap=None if softcap is None else float(softcap),
+        sinks=family.sinks,
+        query_temperature=temperature,
+        **_norm_options(hf_attention, family, head_dim),
     )
     layer = _on_weights_of(layer, q.weight)
     for ours, theirs in (("q_proj", q), ("k_proj", k), ("v_proj", v), ("out_proj", o)):
         _copy_linear(getattr(layer, ours), theirs.weight, theirs.bias)
+    with torch.no_grad():
+        if family.qk_norm is not None:
+            for name in ("q_norm", "k_norm"):
+                gain = getattr(hf_attention, name).weight
+                getattr(layer, name).weight.copy_(gain + 1 if family.gemma_norm else gain)
+        if family.sinks:
+            layer.sinks.copy_(hf_attention.sinks)
     return layer
+
+
+attention_from_llama = attention_from_hf
+"""The name of :func:`attention_from_hf` in pecode 0.1.0, when it read Llama and Mistral only."""
 
 
 def attention_from_gpt_neox(hf_attention: nn.Module) -> MultiHeadAttention:
@@ -616,14 +699,16 @@ def _the_cache(past_key_values: Any, cache: Any, kwargs: Mapping[str, Any]) -> A
     return cache if cache is not None else past_key_values
 
 
-def swap_llama_attention(model: nn.Module) -> nn.Module:
-    """Run a transformers Llama-family model's attention on pecode, in place.
+def swap_attention(model: nn.Module) -> nn.Module:
+    """Run a transformers decoder's attention on pecode, in place.
 
     Every module with a ``self_attn`` (the decoder layers) gets an
-    :class:`HFLlamaAttention` around :func:`attention_from_llama` of its attention, all
-    layers sharing one :class:`~pecode.rope.RotaryEmbedding` built from the model's
-    config. The weights are copied: the model holds pecode's layers afterwards, not
-    transformers' (``copy.deepcopy`` it first to keep the original).
+    :class:`HFLlamaAttention` around :func:`attention_from_hf` of its attention; the
+    layers of one layer type share one :class:`~pecode.rope.RotaryEmbedding` built from
+    the model's config (:class:`~pecode.rope.RotaryEmbeddingPerLayerType`), and NoPE
+    layers get none. The model types are :func:`attention_from_hf`'s. The weights are
+    copied: the model holds pecode's layers afterwards, not transformers' (``copy.deepcopy``
+    it first to keep the original).
 
     Returns:
         ``model``, changed.
@@ -632,7 +717,7 @@ def swap_llama_attention(model: nn.Module) -> nn.Module:
         TypeError: ``model`` is not an ``nn.Module`` with a transformers ``config``.
         ValueError: its attention implementation is neither ``"eager"`` nor ``"sdpa"``
             (flash and flex attention pass masks of their own kinds), it has no
-            ``self_attn`` to swap, or :func:`attention_from_llama` refuses a layer.
+            ``self_attn`` to swap, or :func:`attention_from_hf` refuses a layer.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
@@ -642,7 +727,7 @@ def swap_llama_attention(model: nn.Module) -> nn.Module:
     implementation = getattr(config, "_attn_implementation", None)
     if implementation not in _MASK_IMPLEMENTATIONS:
         raise ValueError(
-            f"model's attn_implementation is {implementation!r}; swap_llama_attention reads "
+            f"model's attn_implementation is {implementation!r}; swap_attention reads "
             f"the masks of {' and '.join(map(repr, _MASK_IMPLEMENTATIONS))}: load the model "
             "with one of them"
         )
@@ -654,11 +739,24 @@ def swap_llama_attention(model: nn.Module) -> nn.Module:
     ]
     if not blocks:
         raise ValueError(f"model ({type(model).__name__}) has no self_attn to swap")
-    weight = _linear(blocks[0].self_attn, "q_proj", "a transformers LlamaAttention").weight
-    rope = RotaryEmbedding.from_hf_config(config.to_dict(), dtype=_table_dtype(weight))
+    first = blocks[0].self_attn
+    weight = _linear(first, "q_proj", "a transformers decoder attention").weight
+    attention_config = _config_dict(first)  # a multimodal model's text config
+    _family(first, attention_config)  # refuse an unknown model before building anything
+    rotary = RotaryEmbeddingPerLayerType.from_hf_config(
+        attention_config, dtype=_table_dtype(weight)
+    )
     for block in blocks:
         hf_attention = block.self_attn
-        layer_idx = getattr(hf_attention, "layer_idx", None)
-        layer = attention_from_llama(hf_attention, position=rope)
-        block.self_attn = HFLlamaAttention(layer, layer_idx)
+        layer_type = _layer_type(hf_attention, attention_config)
+        family = _family(hf_attention, attention_config)
+        position = None
+        if _uses_rope(family, attention_config, hf_attention):
+            position = rotary[layer_type if layer_type in rotary.embeddings else "full_attention"]
+        layer = attention_from_hf(hf_attention, position=position, layer_type=layer_type)
+        block.self_attn = HFLlamaAttention(layer, getattr(hf_attention, "layer_idx", None))
     return model
+
+
+swap_llama_attention = swap_attention
+"""The name of :func:`swap_attention` in pecode 0.1.0, when it read Llama and Mistral only."""

@@ -51,6 +51,7 @@ from pecode.hf import (  # noqa: E402
     attention_from_gptj,
     attention_from_llama,
     attention_from_t5,
+    swap_attention,
     swap_llama_attention,
 )
 
@@ -361,7 +362,6 @@ def test_swap_llama_attention_with_sdpa_masks(lengths):
 
 
 def test_hf_builders_and_wrapper_refuse_what_they_cannot_do():
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     with pytest.raises(TypeError, match="q_proj"):
         attention_from_llama(nn.Linear(4, 4))
@@ -369,12 +369,6 @@ def test_hf_builders_and_wrapper_refuse_what_they_cannot_do():
         HFLlamaAttention(nn.Linear(4, 4), 0)
     with pytest.raises(ValueError, match="ALiBi"):
         HFLlamaAttention(MultiHeadAttention(8, 2, position=ALiBi(2)), 0)
-
-    # some sizes of Qwen3 and Gemma set head_dim apart from hidden_size / num_heads
-    fields = {key: value for key, value in llama_config("default").items() if key != "model_type"}
-    wide = LlamaForCausalLM(LlamaConfig(**{**fields, "head_dim": 16}))
-    with pytest.raises(ValueError, match="head_dim = hidden_size / num_heads"):
-        attention_from_llama(wide.model.layers[0].self_attn)
 
     model = llama_model(llama_config("default"))
     attention = model.model.layers[0].self_attn
@@ -425,11 +419,8 @@ def test_wrapper_reads_the_cache_under_both_names_and_refuses_another():
 
 
 # tiny configs of models whose attention has Llama's four projections but computes
-# something else (transformers 5.23): normalised q and k, a q·k factor, interleaved pairs
+# something pecode does not rebuild (transformers 5.23): interleaved pairs and LayerNorm
 OTHER_SEMANTICS = {
-    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 8}),
-    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}),
-    "granite": ("GraniteConfig", "GraniteForCausalLM", {"attention_multiplier": 0.5}),
     "cohere": ("CohereConfig", "CohereForCausalLM", {"pad_token_id": 0, "eos_token_id": 1}),
 }
 
@@ -447,7 +438,7 @@ def test_llama_builders_refuse_attention_that_computes_something_else(model_type
         swap_llama_attention(model)
 
 
-def test_llama_builder_refuses_q_norm_and_other_scaling():
+def test_llama_builder_refuses_q_norm_and_reads_the_scaling():
     # a "llama" config does not vouch for the module: check what it computes
     model = llama_model(llama_config("default"))
     attention = model.model.layers[0].self_attn
@@ -455,9 +446,9 @@ def test_llama_builder_refuses_q_norm_and_other_scaling():
     with pytest.raises(ValueError, match="q_norm"):
         attention_from_llama(attention)
     del attention.q_norm
+    assert attention_from_llama(attention).logit_scale is None  # 1/sqrt(8), the scheme's
     attention.scaling = 0.5  # Granite's attention_multiplier in place of 1/sqrt(8)
-    with pytest.raises(ValueError, match="scaling"):
-        attention_from_llama(attention)
+    assert attention_from_llama(attention).logit_scale == 0.5
 
 
 def test_swap_mistral_with_sliding_window_inside_generate():
@@ -653,3 +644,140 @@ def test_bloom_alibi_attention_with_left_padding():
     real = mask.bool()
     assert worst(ours[real], theirs[real]) < TOLERANCE
     assert theirs[real].abs().max() > 0.5
+
+
+# --------------------------------------------------------------------------- 2024–26 families
+
+# Tiny configs of the families attention_from_hf rebuilds, each with what sets it apart
+# from Llama made to matter at this size: a window of 3 keys (the prompts are 6 long and
+# generate 5 more), a head width other than hidden_size / heads, soft caps and sinks at
+# the logits' scale, layer types with different RoPE.
+FAMILIES = {
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 16}),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}),
+    "olmo3": (
+        "Olmo3Config",
+        "Olmo3ForCausalLM",
+        {
+            "sliding_window": 3,
+            "layer_types": ["sliding_attention", "full_attention"],
+            "rope_scaling": {"rope_type": "linear", "factor": 4.0},
+            "rope_theta": 500000.0,
+        },
+    ),
+    "granite": ("GraniteConfig", "GraniteForCausalLM", {"attention_multiplier": 0.5}),
+    "gemma2": (
+        "Gemma2Config",
+        "Gemma2ForCausalLM",
+        {
+            "head_dim": 16,
+            "query_pre_attn_scalar": 12,
+            "attn_logit_softcapping": 2.0,
+            "final_logit_softcapping": None,
+            "sliding_window": 3,
+            "layer_types": ["sliding_attention", "full_attention"],
+        },
+    ),
+    "gemma3_text": (
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        {
+            "head_dim": 16,
+            "query_pre_attn_scalar": 12,
+            "sliding_window": 3,
+            "layer_types": ["sliding_attention", "full_attention"],
+            "rope_theta": 1000.0,
+            "rope_local_base_freq": 10.0,
+            "rope_scaling": {"rope_type": "linear", "factor": 4.0},
+        },
+    ),
+    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM", {"no_rope_layers": [1, 0]}),
+    "gpt_oss": (
+        "GptOssConfig",
+        "GptOssForCausalLM",
+        {
+            "head_dim": 8,
+            "num_local_experts": 2,
+            "num_experts_per_tok": 1,
+            "sliding_window": 3,
+            "layer_types": ["sliding_attention", "full_attention"],
+        },
+    ),
+    "ministral3": (
+        "Ministral3Config",
+        "Ministral3ForCausalLM",
+        {
+            "head_dim": 8,
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 2.0,
+                "original_max_position_embeddings": 4,
+                "llama_4_scaling_beta": 0.5,
+            },
+        },
+    ),
+}
+
+
+def family_model(model_type: str, attn_implementation: str = "eager") -> nn.Module:
+    config_name, model_name, extra = FAMILIES[model_type]
+    fields = {
+        k: v
+        for k, v in llama_config("default").items()
+        if k not in ("model_type", "rope_parameters")
+    }
+    if "rope_parameters" not in extra:
+        fields["rope_theta"] = extra.get("rope_theta", 10000.0)
+    fields = {**fields, "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2, **extra}
+    config = getattr(transformers, config_name)(**fields, attn_implementation=attn_implementation)
+    return randomize(getattr(transformers, model_name)(config).eval())
+
+
+# what sets each family apart, taken away from the swapped model: the logits must move
+FAMILY_NEIGHBOURS = {
+    "qwen2": lambda a: a.q_proj.bias.data.zero_(),
+    "qwen3": lambda a: a.q_norm.weight.data.fill_(1.0),
+    "olmo2": lambda a: a.k_norm.weight.data.fill_(1.0),
+    "olmo3": lambda a: setattr(a, "position", RotaryEmbedding(8, base=500000.0)),
+    "granite": lambda a: setattr(a, "logit_scale", None),
+    "gemma2": lambda a: setattr(a, "softcap", None),
+    "gemma3_text": lambda a: setattr(a, "position", RotaryEmbedding(16, base=10.0)),
+    "smollm3": lambda a: setattr(a, "position", RotaryEmbedding(8)),
+    "gpt_oss": lambda a: a.sinks.data.zero_(),
+    "ministral3": lambda a: setattr(a, "query_temperature", None),
+}
+
+
+@pytest.mark.parametrize(
+    ("model_type", "implementation"),
+    [(name, "eager") for name in FAMILIES] + [("qwen3", "sdpa"), ("gemma3_text", "sdpa")],
+)
+def test_swap_attention_of_each_family_inside_generate(model_type, implementation):
+    # sdpa: boolean masks, or none where a plain causal pass needs none
+    model = family_model(model_type, implementation)
+    swapped = swap_attention(copy.deepcopy(model))
+    assert all(isinstance(block.self_attn, HFLlamaAttention) for block in swapped.model.layers)
+    ids, mask, _ = prompts()
+    options = {
+        "max_new_tokens": 5,
+        "do_sample": False,
+        "output_logits": True,
+        "return_dict_in_generate": True,
+        "pad_token_id": 0,
+    }
+    theirs = model.generate(input_ids=ids, attention_mask=mask, **options)
+    ours = swapped.generate(input_ids=ids, attention_mask=mask, **options)
+    assert torch.equal(ours.sequences, theirs.sequences)
+    for step, (a, b) in enumerate(zip(ours.logits, theirs.logits, strict=True)):
+        assert worst(a, b) < LOGITS_TOLERANCE, step
+    assert theirs.logits[0].abs().max() > 0.5  # logits large enough for the tolerance to bite
+    # the neighbour: without the family's own feature, the logits differ
+    for block in swapped.model.layers:
+        FAMILY_NEIGHBOURS[model_type](block.self_attn.layer)
+    other = swapped.generate(input_ids=ids, attention_mask=mask, **options)
+    assert (
+        max(worst(a, b) for a, b in zip(other.logits, theirs.logits, strict=True))
+        > 100 * LOGITS_TOLERANCE
+    )
