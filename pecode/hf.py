@@ -4,21 +4,22 @@ Two things:
 
 1. **Builders**, ``attention_from_*``: given one attention module of a transformers
    model, a :class:`~pecode.attention.MultiHeadAttention` with the same weights (copied)
-   and the matching position scheme. Llama and Mistral (checked: other models
-   with its four projections compute other things and are refused; grouped-query
-   attention, every rope type of the config through
-   :meth:`RotaryEmbedding.from_hf_config <pecode.rope.RotaryEmbedding.from_hf_config>`),
-   GPT-NeoX (partial rotary), GPT-J (interleaved partial rotary), BLOOM (ALiBi) and T5
-   (relative bias; unscaled encoder-decoder attention). The pecode layer computes what
-   the transformers module computes before any residual it adds (BLOOM's); it takes
-   pecode's arguments (``positions``, ``attn_mask``, ``causal``, ``cache``), not the
-   transformers module's.
-2. **A Llama-family model running on pecode**: :func:`swap_llama_attention` puts an
+   and the matching position scheme. :func:`attention_from_hf` for the decoders that
+   share Llama's four projections (checked: Llama, Mistral, Ministral and Ministral 3,
+   Qwen2/3, OLMo 2/3, Granite, Gemma 2/3, SmolLM3, gpt-oss, and Phi-3/Phi-4-mini with
+   their fused q/k/v projection; each model type's own normalisation, logit scale, soft
+   cap, sinks, query temperature and RoPE per layer type, partial rotary included;
+   other model types are refused), and for older designs GPT-NeoX (partial
+   rotary), GPT-J (interleaved partial rotary), BLOOM (ALiBi) and T5 (relative bias;
+   unscaled encoder-decoder attention). The pecode layer computes what the transformers
+   module computes before any residual it adds (BLOOM's); it takes pecode's arguments
+   (``positions``, ``attn_mask``, ``causal``, ``cache``), not the transformers module's.
+2. **A whole model running on pecode**: :func:`swap_attention` puts an
    :class:`HFLlamaAttention` in place of every decoder layer's ``self_attn``. That thin
-   module has the forward signature of transformers' ``LlamaAttention`` and uses the
-   model's own attention mask and KV cache, so ``model(...)`` and ``model.generate(...)``
-   run as before, with pecode computing the rotary tables, the rotation and the
-   attention.
+   module has the forward signature of transformers' decoder attention and uses the
+   model's own attention masks (sliding windows included) and KV cache, so
+   ``model(...)`` and ``model.generate(...)`` run as before, with pecode computing the
+   rotary tables, the rotation and the attention.
 
 The signatures of transformers' attention modules change between releases; these
 functions are tested against transformers 5.23, the pinned release, and against the
@@ -140,6 +141,7 @@ class _Family:
     sinks: bool = False  # learned sink logits (module.sinks)
     nope_layers: str | None = None  # the config key listing which layers use RoPE (1) or not (0)
     temperature: bool = False  # the rope block's log-length query temperature on every layer
+    fused_qkv: bool = False  # one qkv_proj: all query heads' rows, then keys', then values'
 
 
 # config.model_type of the models whose attention pecode rebuilds: four projections
@@ -158,6 +160,7 @@ _FAMILIES: dict[str, _Family] = {
     "gemma2": _Family(softcap_key="attn_logit_softcapping"),
     "gemma3_text": _Family(qk_norm="head", gemma_norm=True, softcap_key="attn_logit_softcapping"),
     "smollm3": _Family(nope_layers="no_rope_layers"),
+    "phi3": _Family(fused_qkv=True),  # Phi-3, Phi-4-mini: partial rotary from the config
     "gpt_oss": _Family(sinks=True),
 }
 
@@ -202,6 +205,33 @@ def _uses_rope(family: _Family, config: Mapping[str, Any], hf_attention: nn.Modu
     return bool(config[family.nope_layers][hf_attention.layer_idx])
 
 
+def _qkv_projections(
+    hf_attention: nn.Module, family: _Family, config: Mapping[str, Any], head_dim: int, what: str
+) -> tuple[nn.Linear, nn.Linear, nn.Linear]:
+    """q, k and v as three ``nn.Linear``: the module's own, or Phi-3's ``qkv_proj`` cut in
+    three (its rows are all of q's heads, then k's, then v's)."""
+    if not family.fused_qkv:
+        return tuple(_linear(hf_attention, name, what) for name in ("q_proj", "k_proj", "v_proj"))
+    fused = _linear(hf_attention, "qkv_proj", what)
+    heads = check_int("num_attention_heads", config.get("num_attention_heads"))
+    kv_heads = check_int("num_key_value_heads", config.get("num_key_value_heads") or heads)
+    widths = (heads * head_dim, kv_heads * head_dim, kv_heads * head_dim)
+    if sum(widths) != fused.out_features:
+        raise ValueError(
+            f"hf_attention.qkv_proj has {fused.out_features} outputs, not the {sum(widths)} of "
+            f"{heads} query and {kv_heads} key/value heads of head_dim={head_dim}"
+        )
+    weights = fused.weight.detach().split(widths)
+    biases = (None,) * 3 if fused.bias is None else fused.bias.detach().split(widths)
+    parts = []
+    for weight, bias in zip(weights, biases, strict=True):
+        part = nn.Linear(fused.in_features, weight.shape[0], bias=bias is not None)
+        part = part.to(device=weight.device, dtype=weight.dtype)
+        _copy_linear(part, weight, bias)
+        parts.append(part)
+    return parts[0], parts[1], parts[2]
+
+
 def _norm_options(hf_attention: nn.Module, family: _Family, head_dim: int) -> dict[str, Any]:
     """``qk_norm`` and ``qk_norm_eps`` of the pecode layer for the module's q_norm."""
     if family.qk_norm is None:
@@ -231,7 +261,9 @@ def attention_from_hf(
 
     For the model types that share Llama's four projections (``config.model_type``, read
     in transformers 5.23): Llama, Mistral, Ministral and Ministral 3, Qwen2 and Qwen3
-    (and Qwen3-MoE's attention), OLMo 2 and 3, Granite, Gemma 2 and 3, SmolLM3, gpt-oss.
+    (and Qwen3-MoE's attention), OLMo 2 and 3, Granite, Gemma 2 and 3, SmolLM3, gpt-oss,
+    and Phi-3/Phi-4-mini (one fused ``qkv_proj``, cut in three; partial rotary from
+    ``partial_rotary_factor``).
     The pecode layer gets what each computes: grouped key/value heads and the head
     width as the checkpoint has them, the projections' biases, the model's ``scaling``
     as ``logit_scale``, Qwen3's and Gemma 3's per-head and OLMo's whole-projection
@@ -261,12 +293,11 @@ def attention_from_hf(
             message names the key).
     """
     what = "a transformers decoder attention"
-    q, k, v, o = (
-        _linear(hf_attention, name, what) for name in ("q_proj", "k_proj", "v_proj", "o_proj")
-    )
     head_dim = check_int("hf_attention.head_dim", getattr(hf_attention, "head_dim", None))
     config = _config_dict(hf_attention)
     family = _family(hf_attention, config)
+    q, k, v = _qkv_projections(hf_attention, family, config, head_dim, what)
+    o = _linear(hf_attention, "o_proj", what)
     hidden, heads, kv_heads = q.in_features, q.out_features // head_dim, k.out_features // head_dim
     qkv_bias = [linear.bias is not None for linear in (q, k, v)]
     if len(set(qkv_bias)) > 1:
@@ -740,9 +771,10 @@ def swap_attention(model: nn.Module) -> nn.Module:
     if not blocks:
         raise ValueError(f"model ({type(model).__name__}) has no self_attn to swap")
     first = blocks[0].self_attn
-    weight = _linear(first, "q_proj", "a transformers decoder attention").weight
     attention_config = _config_dict(first)  # a multimodal model's text config
-    _family(first, attention_config)  # refuse an unknown model before building anything
+    family = _family(first, attention_config)  # refuse an unknown model before building
+    projection = "qkv_proj" if family.fused_qkv else "q_proj"
+    weight = _linear(first, projection, "a transformers decoder attention").weight
     rotary = RotaryEmbeddingPerLayerType.from_hf_config(
         attention_config, dtype=_table_dtype(weight)
     )

@@ -704,6 +704,8 @@ FAMILIES = {
             "layer_types": ["sliding_attention", "full_attention"],
         },
     ),
+    # Phi-4-mini's form: one fused qkv_proj, RoPE on part of each head (there 3/4, here 1/2)
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", {"head_dim": 8, "partial_rotary_factor": 0.5}),
     "ministral3": (
         "Ministral3Config",
         "Ministral3ForCausalLM",
@@ -746,6 +748,7 @@ FAMILY_NEIGHBOURS = {
     "gemma3_text": lambda a: setattr(a, "position", RotaryEmbedding(16, base=10.0)),
     "smollm3": lambda a: setattr(a, "position", RotaryEmbedding(8)),
     "gpt_oss": lambda a: a.sinks.data.zero_(),
+    "phi3": lambda a: setattr(a, "position", RotaryEmbedding(8)),  # the whole head rotated
     "ministral3": lambda a: setattr(a, "query_temperature", None),
 }
 

@@ -100,7 +100,7 @@ def attention_layer_loop(
     *,
     causal: bool = True,
 ) -> Tensor:
-    """A :class:`MultiHeadAttention` with the 2024–26 options, one scalar at a time in float64.
+    """A :class:`~pecode.attention.MultiHeadAttention` with the 2024–26 options, in float64 loops.
 
     Read from ``module`` and each spelled out from its source, not from pecode's code:
     the per-head width ``Dh``; grouped key/value heads (query head ``h`` reads group
