@@ -588,3 +588,20 @@ def test_case_record_round_trip_and_the_recorded_gpu_run():
         assert max(errors) < (1e-5 if c.dtype == "float32" else 0.05)
     with pytest.raises(ValueError, match="no recorded run"):
         bench.recorded_cases("a100")
+
+
+def test_a_causal_prefill_needs_no_more_memory_than_transformers():
+    # Issue 26: within 1.5x of transformers' SDPA path, with and without left padding.
+    # Without padding, an L×L float32 mask (16 MiB at 2048 tokens) is most of
+    # transformers' whole peak, so a layer that still built one would fail the bound
+    # (pecode did: 8.9x at 8192 tokens; with padding 1.8x).
+    pytest.importorskip("transformers")
+    length = 2048
+    for padding in (0, 16):
+        peaks = attention_cases.prefill_memory(length, padding=padding)
+        theirs, ours = peaks["transformers sdpa"], peaks["pecode"]
+        assert ours <= 1.5 * theirs, (padding, peaks)
+        if padding == 0:
+            assert 4 * length**2 > 0.5 * theirs  # the neighbour: a float mask would break it
+    with pytest.raises(ValueError, match="padding must be below"):
+        attention_cases.prefill_memory(8, padding=8)

@@ -58,6 +58,7 @@ from pecode.bench.attention_cases import (
     bench_shaw,
     encoding_costs,
     encoding_layers,
+    prefill_memory,
     softmax_attention,
 )
 from pecode.bench.cli import main
@@ -111,6 +112,7 @@ __all__ = [
     "format_cases",
     "main",
     "peak_tensor_memory",
+    "prefill_memory",
     "ratio_spread",
     "recorded_cases",
     "rope_methods",

@@ -9,7 +9,9 @@ difference between their results:
 * :func:`bench_bias_attention`: ALiBi's and T5's biases through PyTorch's fused attention
   against :func:`softmax_attention` written by hand;
 * :func:`encoding_costs`: parameters, extra memory and time of one attention layer per
-  encoding (:func:`encoding_layers`).
+  encoding (:func:`encoding_layers`);
+* :func:`prefill_memory`: a causal prefill's tensor memory inside a transformers model,
+  on transformers' SDPA path and on pecode's attention.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ __all__ = [
     "bench_shaw",
     "encoding_costs",
     "encoding_layers",
+    "prefill_memory",
     "softmax_attention",
 ]
 
@@ -337,3 +340,73 @@ def encoding_costs(
             for name, layer in layers.items()
         ]
     return rows
+
+
+# --------------------------------------------------------------------------------------
+# A causal prefill's memory inside a transformers model, against transformers' own
+
+
+def prefill_memory(
+    length: int = 8192,
+    *,
+    hidden: int = 256,
+    heads: int = 4,
+    kv_heads: int = 2,
+    padding: int = 0,
+) -> dict[str, int]:
+    """Peak tensor bytes of a one-layer Llama's prefill: transformers' SDPA path and pecode's.
+
+    A tiny random Llama (``hidden`` wide, ``heads`` query and ``kv_heads`` key/value
+    heads) runs ``length`` tokens once as transformers builds it (``"sdpa"``) and once
+    with its attention swapped for pecode's (:func:`pecode.hf.swap_attention`);
+    :func:`peak_tensor_memory` measures each. ``padding`` tokens on the left of the one
+    row make both build a mask: none is needed without them.
+
+    Returns:
+        ``{"transformers sdpa": bytes, "pecode": bytes}``.
+
+    Raises:
+        ImportError: transformers is not installed.
+        TypeError, ValueError: a size that is not a positive int, or padding not below
+            the length.
+    """
+    for name, value in (("length", length), ("hidden", hidden), ("heads", heads)):
+        check_int(name, value)
+    check_int("kv_heads", kv_heads)
+    if not 0 <= check_int("padding", padding, minimum=0) < length:
+        raise ValueError(f"padding must be below length={length}, got {padding}")
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError as error:
+        raise ImportError("prefill_memory compares with transformers: pip install it") from error
+    import copy
+
+    from pecode.hf import swap_attention
+
+    config = LlamaConfig(
+        vocab_size=128,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=1,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=length,
+        attn_implementation="sdpa",
+    )
+    theirs = LlamaForCausalLM(config).eval()
+    ours = swap_attention(copy.deepcopy(theirs))
+    ids = torch.zeros(1, length, dtype=torch.long)
+    mask = torch.ones(1, length, dtype=torch.long)
+    mask[0, :padding] = 0
+
+    def prefill(model: nn.Module) -> Callable[[], Tensor]:
+        def run() -> Tensor:
+            with torch.no_grad():
+                return model.model(input_ids=ids, attention_mask=mask, use_cache=False)[0]
+
+        return run
+
+    return {
+        "transformers sdpa": peak_tensor_memory(prefill(theirs)),
+        "pecode": peak_tensor_memory(prefill(ours)),
+    }

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from pecode.bench.attention_cases import bench_bias_attention, bench_shaw
+from pecode.bench.attention_cases import bench_bias_attention, bench_shaw, prefill_memory
 from pecode.bench.harness import _check_device, _device_name
 from pecode.bench.rope_cases import Case, bench_rope_decode, bench_rope_sweep, format_cases
 
@@ -68,6 +68,11 @@ def main(argv: Sequence[str] | None = None) -> list[Case]:
     parser.add_argument(
         "--attention", action="store_true", help="also the Shaw and bias-attention tables"
     )
+    parser.add_argument(
+        "--prefill-memory",
+        action="store_true",
+        help="also a causal prefill's memory in a transformers model (needs transformers)",
+    )
     args = parser.parse_args(argv)
     device = _check_device(args.device)
     rounds = args.rounds or (3 if args.quick else 5)
@@ -105,4 +110,15 @@ def main(argv: Sequence[str] | None = None) -> list[Case]:
             for name, compared in bench_bias_attention(length, **options).items():
                 print(f"\n{name} attention, {compared.label}: median, / by hand, new tensors")
                 print("\n".join(compared.lines()))
+    if args.prefill_memory:
+        length = 2048 if args.quick else 8192
+        print(f"\nprefill of {length} tokens, one Llama layer: peak tensor memory")
+        for padding in (0, 16):
+            peaks = prefill_memory(length, padding=padding)
+            ratio = peaks["pecode"] / peaks["transformers sdpa"]
+            print(
+                f"  {'left-padded' if padding else 'no padding '}  "
+                + "  ".join(f"{name} {bytes_ / 2**20:7.1f} MiB" for name, bytes_ in peaks.items())
+                + f"  pecode / transformers {ratio:.2f}"
+            )
     return cases
