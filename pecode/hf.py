@@ -6,14 +6,15 @@ Two things:
    model, a :class:`~pecode.attention.MultiHeadAttention` with the same weights (copied)
    and the matching position scheme. :func:`attention_from_hf` for the decoders that
    share Llama's four projections (checked: Llama, Mistral, Ministral and Ministral 3,
-   Qwen2/3, OLMo 2/3, Granite, Gemma 2/3, SmolLM3, gpt-oss, and Phi-3/Phi-4-mini with
-   their fused q/k/v projection; each model type's own normalisation, logit scale, soft
-   cap, sinks, query temperature and RoPE per layer type, partial rotary included;
-   other model types are refused), and for older designs GPT-NeoX (partial
-   rotary), GPT-J (interleaved partial rotary), BLOOM (ALiBi) and T5 (relative bias;
-   unscaled encoder-decoder attention). The pecode layer computes what the transformers
-   module computes before any residual it adds (BLOOM's); it takes pecode's arguments
-   (``positions``, ``attn_mask``, ``causal``, ``cache``), not the transformers module's.
+   Qwen2/3, OLMo 2/3, Granite, Gemma 2/3, SmolLM3, gpt-oss, Phi-3/Phi-4-mini with their
+   fused q/k/v projection, GLM-4 and Cohere 2 with interleaved pairs; each model type's
+   own normalisation, logit scale, soft cap, sinks, query temperature and RoPE per layer
+   type, partial rotary included; other model types are refused), and for older
+   designs GPT-NeoX (partial rotary), GPT-J (interleaved partial rotary), BLOOM (ALiBi)
+   and T5 (relative bias; unscaled encoder-decoder attention). The pecode layer
+   computes what the transformers module computes before any residual it adds
+   (BLOOM's); it takes pecode's arguments (``positions``, ``attn_mask``, ``causal``,
+   ``cache``), not the transformers module's.
 2. **A whole model running on pecode**: :func:`swap_attention` puts an
    :class:`HFLlamaAttention` in place of every decoder layer's ``self_attn``. That thin
    module has the forward signature of transformers' decoder attention and uses the
@@ -142,6 +143,8 @@ class _Family:
     nope_layers: str | None = None  # the config key listing which layers use RoPE (1) or not (0)
     temperature: bool = False  # the rope block's log-length query temperature on every layer
     fused_qkv: bool = False  # one qkv_proj: all query heads' rows, then keys', then values'
+    layout: str = "half"  # the RoPE pairs: "interleaved" for GLM-4's and Cohere 2's
+    rope_only_on: str | None = None  # the one layer type with RoPE (Cohere 2: sliding)
 
 
 # config.model_type of the models whose attention pecode rebuilds: four projections
@@ -161,6 +164,8 @@ _FAMILIES: dict[str, _Family] = {
     "gemma3_text": _Family(qk_norm="head", gemma_norm=True, softcap_key="attn_logit_softcapping"),
     "smollm3": _Family(nope_layers="no_rope_layers"),
     "phi3": _Family(fused_qkv=True),  # Phi-3, Phi-4-mini: partial rotary from the config
+    "glm4": _Family(layout="interleaved"),  # RoPE on the first half of each head
+    "cohere2": _Family(layout="interleaved", rope_only_on="sliding_attention"),
     "gpt_oss": _Family(sinks=True),
 }
 
@@ -172,8 +177,8 @@ def _family(hf_attention: nn.Module, config: Mapping[str, Any]) -> _Family:
         raise ValueError(
             f"hf_attention belongs to a model of type {model_type!r}; attention_from_hf "
             f"rebuilds the attention of {', '.join(map(repr, _FAMILIES))} (others with the same "
-            "projections rotate or normalise differently: Cohere's interleaved pairs and "
-            "LayerNorm, Llama 4's L2 norm and chunks)"
+            "projections rotate or normalise differently: Cohere's LayerNorm of q and k, "
+            "Llama 4's L2 norm and chunks)"
         )
     family = _FAMILIES[model_type]
     for name in ("q_norm", "k_norm"):
@@ -200,6 +205,8 @@ def _layer_type(hf_attention: nn.Module, config: Mapping[str, Any]) -> str | Non
 
 
 def _uses_rope(family: _Family, config: Mapping[str, Any], hf_attention: nn.Module) -> bool:
+    if family.rope_only_on is not None:
+        return _layer_type(hf_attention, config) == family.rope_only_on
     if family.nope_layers is None:
         return True
     return bool(config[family.nope_layers][hf_attention.layer_idx])
@@ -262,8 +269,9 @@ def attention_from_hf(
     For the model types that share Llama's four projections (``config.model_type``, read
     in transformers 5.23): Llama, Mistral, Ministral and Ministral 3, Qwen2 and Qwen3
     (and Qwen3-MoE's attention), OLMo 2 and 3, Granite, Gemma 2 and 3, SmolLM3, gpt-oss,
-    and Phi-3/Phi-4-mini (one fused ``qkv_proj``, cut in three; partial rotary from
-    ``partial_rotary_factor``).
+    Phi-3/Phi-4-mini (one fused ``qkv_proj``, cut in three; partial rotary from
+    ``partial_rotary_factor``), GLM-4 (interleaved pairs on part of each head) and
+    Cohere 2 (interleaved pairs on its sliding layers, none on its global ones).
     The pecode layer gets what each computes: grouped key/value heads and the head
     width as the checkpoint has them, the projections' biases, the model's ``scaling``
     as ``logit_scale``, Qwen3's and Gemma 3's per-head and OLMo's whole-projection
@@ -308,7 +316,7 @@ def attention_from_hf(
     layer_type = _layer_type(hf_attention, config) if layer_type is None else layer_type
     if position is None and _uses_rope(family, config, hf_attention):
         position = RotaryEmbedding.from_hf_config(
-            config, layer_type=layer_type, dtype=_table_dtype(q.weight)
+            config, layer_type=layer_type, dtype=_table_dtype(q.weight), layout=family.layout
         )
     scaling = getattr(hf_attention, "scaling", None)
     softcap = config.get(family.softcap_key) if family.softcap_key else None
@@ -776,7 +784,7 @@ def swap_attention(model: nn.Module) -> nn.Module:
     projection = "qkv_proj" if family.fused_qkv else "q_proj"
     weight = _linear(first, projection, "a transformers decoder attention").weight
     rotary = RotaryEmbeddingPerLayerType.from_hf_config(
-        attention_config, dtype=_table_dtype(weight)
+        attention_config, dtype=_table_dtype(weight), layout=family.layout
     )
     for block in blocks:
         hf_attention = block.self_attn

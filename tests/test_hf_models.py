@@ -706,6 +706,12 @@ FAMILIES = {
     ),
     # Phi-4-mini's form: one fused qkv_proj, RoPE on part of each head (there 3/4, here 1/2)
     "phi3": ("Phi3Config", "Phi3ForCausalLM", {"head_dim": 8, "partial_rotary_factor": 0.5}),
+    "glm4": ("Glm4Config", "Glm4ForCausalLM", {"head_dim": 8, "partial_rotary_factor": 0.5}),
+    "cohere2": (
+        "Cohere2Config",
+        "Cohere2ForCausalLM",
+        {"sliding_window": 3, "layer_types": ["sliding_attention", "full_attention"]},
+    ),
     "ministral3": (
         "Ministral3Config",
         "Ministral3ForCausalLM",
@@ -749,6 +755,8 @@ FAMILY_NEIGHBOURS = {
     "smollm3": lambda a: setattr(a, "position", RotaryEmbedding(8)),
     "gpt_oss": lambda a: a.sinks.data.zero_(),
     "phi3": lambda a: setattr(a, "position", RotaryEmbedding(8)),  # the whole head rotated
+    "glm4": lambda a: setattr(a, "position", RotaryEmbedding(8, rotary_dim=4)),  # half layout
+    "cohere2": lambda a: setattr(a, "position", RotaryEmbedding(8, layout="interleaved")),
     "ministral3": lambda a: setattr(a, "query_temperature", None),
 }
 
