@@ -55,6 +55,7 @@ __all__ = [
     "attention_from_t5",
     "swap_attention",
     "swap_llama_attention",
+    "unswap_attention",
 ]
 
 # the attention implementations whose masks HFLlamaAttention reads: 4-D tensors or None
@@ -301,6 +302,8 @@ def attention_from_hf(
             message names the key).
     """
     what = "a transformers decoder attention"
+    if not isinstance(getattr(hf_attention, "qkv_proj", None), nn.Linear):  # not Phi-3's
+        _linear(hf_attention, "q_proj", what)
     head_dim = check_int("hf_attention.head_dim", getattr(hf_attention, "head_dim", None))
     config = _config_dict(hf_attention)
     family = _family(hf_attention, config)
@@ -648,6 +651,9 @@ class HFLlamaAttention(nn.Module):
         self.layer = layer
         self.layer_idx = check_int("layer_idx", layer_idx, minimum=0)
         self.is_causal = True  # what transformers' attention functions read
+        # what unswap_attention rebuilds: the transformers class and its config (shared)
+        self.hf_class: type[nn.Module] | None = None
+        self.hf_config: Any = None
 
     def extra_repr(self) -> str:
         return f"layer_idx={self.layer_idx}"
@@ -794,8 +800,73 @@ def swap_attention(model: nn.Module) -> nn.Module:
         if _uses_rope(family, attention_config, hf_attention):
             position = rotary[layer_type if layer_type in rotary.embeddings else "full_attention"]
         layer = attention_from_hf(hf_attention, position=position, layer_type=layer_type)
-        block.self_attn = HFLlamaAttention(layer, getattr(hf_attention, "layer_idx", None))
+        wrapper = HFLlamaAttention(layer, getattr(hf_attention, "layer_idx", None))
+        wrapper.hf_class, wrapper.hf_config = type(hf_attention), hf_attention.config
+        block.self_attn = wrapper
     return model
+
+
+def unswap_attention(model: nn.Module) -> nn.Module:
+    """Put transformers' own attention back into a model :func:`swap_attention` changed.
+
+    Each :class:`HFLlamaAttention` becomes a new module of the class it replaced, built
+    from the same config, holding the pecode layer's current weights in transformers'
+    form: q, k, v and o (Phi-3's fused ``qkv_proj`` concatenated again), the QK-norm
+    gains (Gemma's stored as ``w - 1``) and the sinks. So weights trained or edited on
+    pecode's side load back: ``unswap_attention(model).state_dict()`` has the keys and
+    shapes of the original model's, and ``save_pretrained`` writes a checkpoint
+    transformers reads. In place, like the swap.
+
+    Returns:
+        ``model``, changed.
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
+        ValueError: it holds no swapped attention, or one built by hand (an
+            :class:`HFLlamaAttention` that :func:`swap_attention` did not make).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    blocks = [
+        block
+        for block in model.modules()
+        if isinstance(getattr(block, "self_attn", None), HFLlamaAttention)
+    ]
+    if not blocks:
+        raise ValueError(f"model ({type(model).__name__}) has no swapped attention to undo")
+    for block in blocks:
+        wrapper = block.self_attn
+        if wrapper.hf_class is None:
+            raise ValueError(
+                f"the HFLlamaAttention of layer {wrapper.layer_idx} was not made by "
+                "swap_attention: there is no transformers module to rebuild"
+            )
+        hf_attention = wrapper.hf_class(wrapper.hf_config, wrapper.layer_idx)
+        _copy_back(wrapper.layer, hf_attention, _family(hf_attention, _config_dict(hf_attention)))
+        weight = wrapper.layer.q_proj.weight
+        block.self_attn = hf_attention.to(device=weight.device, dtype=weight.dtype)
+    return model
+
+
+def _copy_back(layer: MultiHeadAttention, hf_attention: nn.Module, family: _Family) -> None:
+    """The pecode layer's weights into a fresh transformers attention, in its form."""
+    with torch.no_grad():
+        if family.fused_qkv:
+            parts = (layer.q_proj, layer.k_proj, layer.v_proj)
+            weight = torch.cat([part.weight for part in parts])
+            bias = None if layer.q_proj.bias is None else torch.cat([p.bias for p in parts])
+            _copy_linear(hf_attention.qkv_proj, weight, bias)
+        else:
+            for name in ("q_proj", "k_proj", "v_proj"):
+                ours = getattr(layer, name)
+                _copy_linear(getattr(hf_attention, name), ours.weight, ours.bias)
+        _copy_linear(hf_attention.o_proj, layer.out_proj.weight, layer.out_proj.bias)
+        if family.qk_norm is not None:
+            for name in ("q_norm", "k_norm"):
+                gain = getattr(layer, name).weight
+                getattr(hf_attention, name).weight.copy_(gain - 1 if family.gemma_norm else gain)
+        if family.sinks:
+            hf_attention.sinks.copy_(layer.sinks)
 
 
 swap_llama_attention = swap_attention

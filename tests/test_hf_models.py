@@ -53,6 +53,7 @@ from pecode.hf import (  # noqa: E402
     attention_from_t5,
     swap_attention,
     swap_llama_attention,
+    unswap_attention,
 )
 
 # float32 round-off of the tables and softmaxes Hugging Face keeps in float32, for one
@@ -792,3 +793,36 @@ def test_swap_attention_of_each_family_inside_generate(model_type, implementatio
         max(worst(a, b) for a, b in zip(other.logits, theirs.logits, strict=True))
         > 100 * LOGITS_TOLERANCE
     )
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "gemma3_text", "gpt_oss", "phi3", "olmo2"])
+def test_weights_edited_on_pecodes_side_go_back_to_transformers(model_type):
+    # swap, change the pecode layers' weights (as fine-tuning would), unswap: the model
+    # is transformers' again, computes what the edited pecode layers computed, and its
+    # state dict loads into a fresh transformers model of the same config
+    model = family_model(model_type)
+    swapped = swap_attention(copy.deepcopy(model))
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for block in swapped.model.layers:
+            for parameter in block.self_attn.layer.parameters():
+                parameter.add_(0.2 * torch.randn(parameter.shape, generator=generator))
+    ids, mask, _ = prompts()
+    real = mask.bool()
+    with torch.no_grad():
+        edited = swapped(input_ids=ids, attention_mask=mask).logits
+        original = model(input_ids=ids, attention_mask=mask).logits
+    assert worst(edited[real], original[real]) > 100 * LOGITS_TOLERANCE  # the edit shows
+    back = unswap_attention(swapped)
+    assert not any(isinstance(block.self_attn, HFLlamaAttention) for block in back.model.layers)
+    state = back.state_dict()
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    assert {name: tuple(t.shape) for name, t in state.items()} == expected
+    fresh = type(model)(copy.deepcopy(model.config)).eval()
+    fresh.load_state_dict(state, strict=True)
+    with torch.no_grad():
+        for again in (back, fresh):
+            logits = again(input_ids=ids, attention_mask=mask).logits
+            assert worst(logits[real], edited[real]) < LOGITS_TOLERANCE
+    with pytest.raises(ValueError, match="no swapped attention"):
+        unswap_attention(model)
