@@ -281,6 +281,24 @@ def prompts() -> tuple[Tensor, Tensor, Tensor]:
     return ids, left_padded_mask([4, 6], 6), steps
 
 
+GREEDY = {
+    "do_sample": False,
+    "output_logits": True,
+    "return_dict_in_generate": True,
+    "pad_token_id": 0,
+}
+
+
+def generate_both(model: nn.Module, swapped: nn.Module, ids: Tensor, mask: Tensor | None, new: int):
+    """Greedy ``generate`` of both models: the same tokens and logits; returns theirs."""
+    theirs = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, **GREEDY)
+    ours = swapped.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, **GREEDY)
+    assert torch.equal(ours.sequences, theirs.sequences)
+    for step, (a, b) in enumerate(zip(ours.logits, theirs.logits, strict=True)):
+        assert worst(a, b) < LOGITS_TOLERANCE, step
+    return theirs
+
+
 @pytest.mark.parametrize("rope", list(LLAMA_ROPE))
 def test_llama_gqa_logits_with_left_padding_and_kv_cache_decoding(rope):
     config = llama_config(rope)
@@ -332,18 +350,7 @@ def test_swap_llama_attention_inside_generate(rope):
     swapped = swap_llama_attention(copy.deepcopy(model))
     assert all(isinstance(block.self_attn, HFLlamaAttention) for block in swapped.model.layers)
     ids, mask, _ = prompts()
-    options = {
-        "max_new_tokens": 4,
-        "do_sample": False,
-        "output_logits": True,
-        "return_dict_in_generate": True,
-        "pad_token_id": 0,
-    }
-    theirs = model.generate(input_ids=ids, attention_mask=mask, **options)
-    ours = swapped.generate(input_ids=ids, attention_mask=mask, **options)
-    assert torch.equal(ours.sequences, theirs.sequences)
-    for step, (a, b) in enumerate(zip(ours.logits, theirs.logits, strict=True)):
-        assert worst(a, b) < LOGITS_TOLERANCE, step
+    generate_both(model, swapped, ids, mask, 4)
 
 
 @pytest.mark.parametrize("lengths", [[4, 6], [6, 6]], ids=["left-padded", "unpadded"])
@@ -462,18 +469,7 @@ def test_swap_mistral_with_sliding_window_inside_generate():
     model = randomize(MistralForCausalLM(config).eval())
     swapped = swap_llama_attention(copy.deepcopy(model))
     ids = torch.randint(1, 64, (2, 6), generator=torch.Generator().manual_seed(3))
-    options = {
-        "max_new_tokens": 5,
-        "do_sample": False,
-        "output_logits": True,
-        "return_dict_in_generate": True,
-        "pad_token_id": 0,
-    }
-    theirs = model.generate(input_ids=ids, **options)
-    ours = swapped.generate(input_ids=ids, **options)
-    assert torch.equal(ours.sequences, theirs.sequences)
-    for step, (a, b) in enumerate(zip(ours.logits, theirs.logits, strict=True)):
-        assert worst(a, b) < LOGITS_TOLERANCE, step
+    generate_both(model, swapped, ids, None, 5)
 
 
 def test_swapped_model_refuses_a_static_cache():
@@ -772,23 +768,12 @@ def test_swap_attention_of_each_family_inside_generate(model_type, implementatio
     swapped = swap_attention(copy.deepcopy(model))
     assert all(isinstance(block.self_attn, HFLlamaAttention) for block in swapped.model.layers)
     ids, mask, _ = prompts()
-    options = {
-        "max_new_tokens": 5,
-        "do_sample": False,
-        "output_logits": True,
-        "return_dict_in_generate": True,
-        "pad_token_id": 0,
-    }
-    theirs = model.generate(input_ids=ids, attention_mask=mask, **options)
-    ours = swapped.generate(input_ids=ids, attention_mask=mask, **options)
-    assert torch.equal(ours.sequences, theirs.sequences)
-    for step, (a, b) in enumerate(zip(ours.logits, theirs.logits, strict=True)):
-        assert worst(a, b) < LOGITS_TOLERANCE, step
+    theirs = generate_both(model, swapped, ids, mask, 5)
     assert theirs.logits[0].abs().max() > 0.5  # logits large enough for the tolerance to bite
     # the neighbour: without the family's own feature, the logits differ
     for block in swapped.model.layers:
         FAMILY_NEIGHBOURS[model_type](block.self_attn.layer)
-    other = swapped.generate(input_ids=ids, attention_mask=mask, **options)
+    other = swapped.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5, **GREEDY)
     assert (
         max(worst(a, b) for a, b in zip(other.logits, theirs.logits, strict=True))
         > 100 * LOGITS_TOLERANCE
