@@ -634,8 +634,9 @@ class HFLlamaAttention(nn.Module):
 
     Raises:
         TypeError: ``layer`` is not a :class:`~pecode.attention.MultiHeadAttention`.
-        ValueError: its scheme adds a bias or an output term (ALiBi, T5, ...): those read
-            the key positions, which the transformers cache does not keep.
+        ValueError: its scheme adds a bias or an output term (ALiBi, T5, ...), or it has
+            a ``window`` or ``chunk``: those read the key positions, which the
+            transformers cache does not keep.
     """
 
     def __init__(self, layer: MultiHeadAttention, layer_idx: int) -> None:
@@ -647,6 +648,11 @@ class HFLlamaAttention(nn.Module):
             raise ValueError(
                 f"layer's scheme {scheme.__name__} reads key positions after caching (a bias or "
                 "an output term); HFLlamaAttention takes RoPE or no positions"
+            )
+        if layer.window is not None or layer.chunk is not None:
+            raise ValueError(
+                "layer has a window or chunks, which read key positions after caching; "
+                "inside a transformers model the model's masks carry them: leave them unset"
             )
         self.layer = layer
         self.layer_idx = check_int("layer_idx", layer_idx, minimum=0)

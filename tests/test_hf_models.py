@@ -377,6 +377,8 @@ def test_hf_builders_and_wrapper_refuse_what_they_cannot_do():
         HFLlamaAttention(nn.Linear(4, 4), 0)
     with pytest.raises(ValueError, match="ALiBi"):
         HFLlamaAttention(MultiHeadAttention(8, 2, position=ALiBi(2)), 0)
+    with pytest.raises(ValueError, match="window or chunks"):
+        HFLlamaAttention(MultiHeadAttention(8, 2, window=4), 0)
 
     model = llama_model(llama_config("default"))
     attention = model.model.layers[0].self_attn
