@@ -162,7 +162,8 @@ _FAMILIES: dict[str, _Family] = {
     "olmo3": _Family(qk_norm="projection"),
     "granite": _Family(),  # q·k scaled by attention_multiplier (module.scaling)
     "gemma2": _Family(softcap_key="attn_logit_softcapping"),
-    "gemma3_text": _Family(qk_norm="head", gemma_norm=True, softcap_key="attn_logit_softcapping"),
+    # Gemma 3's config has attn_logit_softcapping, but its attention never applies it
+    "gemma3_text": _Family(qk_norm="head", gemma_norm=True),
     "smollm3": _Family(nope_layers="no_rope_layers"),
     "phi3": _Family(fused_qkv=True),  # Phi-3, Phi-4-mini: partial rotary from the config
     "glm4": _Family(layout="interleaved"),  # RoPE on the first half of each head
@@ -657,9 +658,11 @@ class HFLlamaAttention(nn.Module):
         self.layer = layer
         self.layer_idx = check_int("layer_idx", layer_idx, minimum=0)
         self.is_causal = True  # what transformers' attention functions read
-        # what unswap_attention rebuilds: the transformers class and its config (shared)
+        # what unswap_attention rebuilds: the transformers class and its config (shared),
+        # and Gemma's norm gains as stored
         self.hf_class: type[nn.Module] | None = None
         self.hf_config: Any = None
+        self.hf_gains: dict[str, Tensor] | None = None
 
     def extra_repr(self) -> str:
         return f"layer_idx={self.layer_idx}"
@@ -808,7 +811,12 @@ def swap_attention(model: nn.Module) -> nn.Module:
         layer = attention_from_hf(hf_attention, position=position, layer_type=layer_type)
         wrapper = HFLlamaAttention(layer, getattr(hf_attention, "layer_idx", None))
         wrapper.hf_class, wrapper.hf_config = type(hf_attention), hf_attention.config
-        block.self_attn = wrapper
+        if family.gemma_norm:  # 1 + w rounded in a bf16 model: keep w to give it back exactly
+            wrapper.hf_gains = {
+                name: getattr(hf_attention, name).weight.detach().clone()
+                for name in ("q_norm", "k_norm")
+            }
+        block.self_attn = wrapper.train(hf_attention.training)  # new modules start in training
     return model
 
 
@@ -848,14 +856,25 @@ def unswap_attention(model: nn.Module) -> nn.Module:
                 "swap_attention: there is no transformers module to rebuild"
             )
         hf_attention = wrapper.hf_class(wrapper.hf_config, wrapper.layer_idx)
-        _copy_back(wrapper.layer, hf_attention, _family(hf_attention, _config_dict(hf_attention)))
         weight = wrapper.layer.q_proj.weight
-        block.self_attn = hf_attention.to(device=weight.device, dtype=weight.dtype)
+        hf_attention = hf_attention.to(device=weight.device, dtype=weight.dtype)
+        family = _family(hf_attention, _config_dict(hf_attention))
+        _copy_back(wrapper.layer, hf_attention, family, wrapper.hf_gains)
+        block.self_attn = hf_attention.train(wrapper.training)
     return model
 
 
-def _copy_back(layer: MultiHeadAttention, hf_attention: nn.Module, family: _Family) -> None:
-    """The pecode layer's weights into a fresh transformers attention, in its form."""
+def _copy_back(
+    layer: MultiHeadAttention,
+    hf_attention: nn.Module,
+    family: _Family,
+    gains: Mapping[str, Tensor] | None = None,
+) -> None:
+    """The pecode layer's weights into a fresh transformers attention, in its form.
+
+    ``gains``: Gemma's stored ``w`` at swap time; where pecode's ``1 + w`` has not moved
+    since, ``w`` itself goes back (``gain - 1`` would carry the rounding of ``1 + w`` in
+    bfloat16)."""
     with torch.no_grad():
         if family.fused_qkv:
             parts = (layer.q_proj, layer.k_proj, layer.v_proj)
@@ -870,7 +889,11 @@ def _copy_back(layer: MultiHeadAttention, hf_attention: nn.Module, family: _Fami
         if family.qk_norm is not None:
             for name in ("q_norm", "k_norm"):
                 gain = getattr(layer, name).weight
-                getattr(hf_attention, name).weight.copy_(gain - 1 if family.gemma_norm else gain)
+                if family.gemma_norm:
+                    kept = None if gains is None else gains[name].to(gain.device)
+                    unchanged = kept is not None and torch.equal((kept + 1).to(gain.dtype), gain)
+                    gain = kept if unchanged else gain.float() - 1
+                getattr(hf_attention, name).weight.copy_(gain)
         if family.sinks:
             hf_attention.sinks.copy_(layer.sinks)
 

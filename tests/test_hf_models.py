@@ -654,6 +654,20 @@ def test_bloom_alibi_attention_with_left_padding():
 FAMILIES = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 16}),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        {"head_dim": 16, "num_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 16},
+    ),
+    "ministral": (
+        "MinistralConfig",
+        "MinistralForCausalLM",
+        {
+            "head_dim": 16,
+            "sliding_window": 3,
+            "layer_types": ["sliding_attention", "full_attention"],
+        },
+    ),
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}),
     "olmo3": (
         "Olmo3Config",
@@ -684,6 +698,8 @@ FAMILIES = {
         {
             "head_dim": 16,
             "query_pre_attn_scalar": 12,
+            # in the config, but Gemma 3's attention never applies it (nor may pecode)
+            "attn_logit_softcapping": 2.0,
             "sliding_window": 3,
             "layer_types": ["sliding_attention", "full_attention"],
             "rope_theta": 1000.0,
@@ -709,7 +725,11 @@ FAMILIES = {
     "cohere2": (
         "Cohere2Config",
         "Cohere2ForCausalLM",
-        {"sliding_window": 3, "layer_types": ["sliding_attention", "full_attention"]},
+        {
+            "sliding_window": 3,
+            "layer_types": ["sliding_attention", "full_attention"],
+            "logit_scale": 1.0,  # its default 1/16 shrinks the logits below the check's scale
+        },
     ),
     "ministral3": (
         "Ministral3Config",
@@ -746,6 +766,8 @@ def family_model(model_type: str, attn_implementation: str = "eager") -> nn.Modu
 FAMILY_NEIGHBOURS = {
     "qwen2": lambda a: a.q_proj.bias.data.zero_(),
     "qwen3": lambda a: a.q_norm.weight.data.fill_(1.0),
+    "qwen3_moe": lambda a: a.k_norm.weight.data.fill_(1.0),
+    "ministral": lambda a: setattr(a, "position", RotaryEmbedding(16, base=500.0)),
     "olmo2": lambda a: a.k_norm.weight.data.fill_(1.0),
     "olmo3": lambda a: setattr(a, "position", RotaryEmbedding(8, base=500000.0)),
     "granite": lambda a: setattr(a, "logit_scale", None),
@@ -813,3 +835,26 @@ def test_weights_edited_on_pecodes_side_go_back_to_transformers(model_type):
             assert worst(logits[real], edited[real]) < LOGITS_TOLERANCE
     with pytest.raises(ValueError, match="no swapped attention"):
         unswap_attention(model)
+
+
+def test_swap_and_unswap_keep_the_models_mode_and_gemmas_gains():
+    # a model in eval mode stays in eval mode (with attention dropout, a module left in
+    # training mode would drop attention weights at random); a bfloat16 Gemma 3 swapped
+    # and unswapped with no edit gets back its norm gains bit for bit, though pecode holds
+    # 1 + w rounded to bfloat16
+    model = family_model("qwen2")
+    model.config.attention_dropout = 0.5
+    model = randomize(type(model)(model.config).eval())
+    swapped = swap_attention(copy.deepcopy(model))
+    assert not any(module.training for module in swapped.modules())
+    ids, mask, _ = prompts()
+    real = mask.bool()
+    with torch.no_grad():
+        theirs = model(input_ids=ids, attention_mask=mask).logits
+        ours = swapped(input_ids=ids, attention_mask=mask).logits
+    assert worst(ours[real], theirs[real]) < LOGITS_TOLERANCE
+    assert not any(module.training for module in unswap_attention(swapped).modules())
+    gemma = family_model("gemma3_text").to(torch.bfloat16)
+    back = unswap_attention(swap_attention(copy.deepcopy(gemma)))
+    for name, tensor in gemma.state_dict().items():
+        assert torch.equal(back.state_dict()[name], tensor), name
