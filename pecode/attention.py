@@ -657,19 +657,7 @@ class MultiHeadAttention(nn.Module):
             return self._weights_with_sinks(logits, mask)
         if mask is None:
             return logits.softmax(dim=-1)
-        q_len, k_len = logits.shape[-2:]
-        if isinstance(mask, str) or mask.dtype == torch.bool:  # the logits are L×Lk anyway
-            is_causal = isinstance(mask, str)
-            mask = additive_mask(
-                None if is_causal else mask,
-                causal=is_causal,
-                bias=None,
-                q_len=q_len,
-                k_len=k_len,
-                dtype=logits.dtype,
-                device=logits.device,
-            )
-        logits.add_(mask)
+        logits.add_(_as_float_mask(mask, logits))
         sees_nothing = torch.isneginf(logits.amax(dim=-1, keepdim=True))
         # finite logits in those rows first: a NaN softmax would give NaN gradients
         weights = logits.masked_fill_(sees_nothing, 0.0).softmax(dim=-1)
@@ -684,17 +672,7 @@ class MultiHeadAttention(nn.Module):
     def _weights_with_sinks(self, logits: Tensor, mask: Tensor | str | None) -> Tensor:
         """softmax over the logits and one sink logit per head, the sink's column dropped."""
         if mask is not None:
-            q_len, k_len = logits.shape[-2:]
-            is_causal = isinstance(mask, str)
-            logits = logits + additive_mask(
-                None if is_causal or mask.dtype != torch.bool else mask,
-                causal=is_causal,
-                bias=None if is_causal or mask.dtype == torch.bool else mask,
-                q_len=q_len,
-                k_len=k_len,
-                dtype=logits.dtype,
-                device=logits.device,
-            )
+            logits = logits + _as_float_mask(mask, logits)
         sink = self.sinks.to(logits.dtype).view(1, -1, 1, 1).expand(*logits.shape[:-1], 1)
         return torch.cat((logits, sink), dim=-1).softmax(dim=-1)[..., :-1]
 
@@ -774,10 +752,8 @@ class MultiHeadAttention(nn.Module):
         """``attn_mask`` with the sliding window's and the chunks' limits folded in."""
         if self.window is None and self.chunk is None:
             return attn_mask
-        q_pos, k_pos = (
-            q_positions.unsqueeze(-1),
-            k_positions.unsqueeze(-2),
-        )  # [.., L, 1], [.., 1, Lk]
+        # [.., L, 1] against [.., 1, Lk]
+        q_pos, k_pos = q_positions.unsqueeze(-1), k_positions.unsqueeze(-2)
         visible = torch.ones((), dtype=torch.bool, device=q_pos.device)
         if self.window is not None:
             visible = visible & ((q_pos - k_pos).abs() < self.window)
@@ -939,13 +915,11 @@ def _check_temperature(temperature: Mapping[str, Any] | None) -> dict[str, Any] 
             "query_temperature takes 'beta', 'length' and optionally 'offset' (the "
             f"arguments of log_length_query_scale), got {sorted(temperature)}"
         )
-    arguments = {
+    return {
         "beta": check_real("query_temperature['beta']", temperature["beta"]),
         "length": check_int("query_temperature['length']", temperature["length"]),
         "offset": check_int("query_temperature['offset']", temperature.get("offset", 0), minimum=0),
     }
-    log_length_query_scale(torch.zeros(1, dtype=torch.long), **arguments)  # validates
-    return arguments
 
 
 # _fold_mask's answer for a causal pass whose queries and keys are the same positions
@@ -974,15 +948,27 @@ def _fold_mask(
     """
     causal = causal and q_len > 1
     if bias is None and attn_mask is None:
-        return (
-            _CAUSAL
-            if causal and q_len == k_len
-            else (causal_mask(q_len, k_len, device=device) if causal else None)
-        )
+        if not causal:
+            return None
+        return _CAUSAL if q_len == k_len else causal_mask(q_len, k_len, device=device)
     if bias is None and attn_mask.dtype == torch.bool:
         return attn_mask & causal_mask(q_len, k_len, device=device) if causal else attn_mask
     return additive_mask(
         attn_mask, causal=causal, bias=bias, q_len=q_len, k_len=k_len, dtype=dtype, device=device
+    )
+
+
+def _as_float_mask(mask: Tensor | str, logits: Tensor) -> Tensor:
+    """A :func:`_fold_mask` answer as the float mask to add to ``logits`` (L×Lk anyway)."""
+    is_causal = isinstance(mask, str)  # _CAUSAL
+    return additive_mask(
+        None if is_causal else mask,
+        causal=is_causal,
+        bias=None,
+        q_len=logits.shape[-2],
+        k_len=logits.shape[-1],
+        dtype=logits.dtype,
+        device=logits.device,
     )
 
 

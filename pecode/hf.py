@@ -214,13 +214,14 @@ def _uses_rope(family: _Family, config: Mapping[str, Any], hf_attention: nn.Modu
     return bool(config[family.nope_layers][hf_attention.layer_idx])
 
 
-def _qkv_projections(
+def _qkv_weights(
     hf_attention: nn.Module, family: _Family, config: Mapping[str, Any], head_dim: int, what: str
-) -> tuple[nn.Linear, nn.Linear, nn.Linear]:
-    """q, k and v as three ``nn.Linear``: the module's own, or Phi-3's ``qkv_proj`` cut in
-    three (its rows are all of q's heads, then k's, then v's)."""
+) -> list[tuple[Tensor, Tensor | None]]:
+    """(weight, bias) of q, k and v: the module's own projections, or Phi-3's ``qkv_proj``
+    cut in three (its rows are all of q's heads, then k's, then v's)."""
     if not family.fused_qkv:
-        return tuple(_linear(hf_attention, name, what) for name in ("q_proj", "k_proj", "v_proj"))
+        projections = [_linear(hf_attention, name, what) for name in ("q_proj", "k_proj", "v_proj")]
+        return [(linear.weight, linear.bias) for linear in projections]
     fused = _linear(hf_attention, "qkv_proj", what)
     heads = check_int("num_attention_heads", config.get("num_attention_heads"))
     kv_heads = check_int("num_key_value_heads", config.get("num_key_value_heads") or heads)
@@ -230,15 +231,8 @@ def _qkv_projections(
             f"hf_attention.qkv_proj has {fused.out_features} outputs, not the {sum(widths)} of "
             f"{heads} query and {kv_heads} key/value heads of head_dim={head_dim}"
         )
-    weights = fused.weight.detach().split(widths)
-    biases = (None,) * 3 if fused.bias is None else fused.bias.detach().split(widths)
-    parts = []
-    for weight, bias in zip(weights, biases, strict=True):
-        part = nn.Linear(fused.in_features, weight.shape[0], bias=bias is not None)
-        part = part.to(device=weight.device, dtype=weight.dtype)
-        _copy_linear(part, weight, bias)
-        parts.append(part)
-    return parts[0], parts[1], parts[2]
+    biases = (None,) * 3 if fused.bias is None else fused.bias.split(widths)
+    return list(zip(fused.weight.split(widths), biases, strict=True))
 
 
 def _norm_options(hf_attention: nn.Module, family: _Family, head_dim: int) -> dict[str, Any]:
@@ -308,10 +302,12 @@ def attention_from_hf(
     head_dim = check_int("hf_attention.head_dim", getattr(hf_attention, "head_dim", None))
     config = _config_dict(hf_attention)
     family = _family(hf_attention, config)
-    q, k, v = _qkv_projections(hf_attention, family, config, head_dim, what)
+    qkv = _qkv_weights(hf_attention, family, config, head_dim, what)
     o = _linear(hf_attention, "o_proj", what)
-    hidden, heads, kv_heads = q.in_features, q.out_features // head_dim, k.out_features // head_dim
-    qkv_bias = [linear.bias is not None for linear in (q, k, v)]
+    (q_weight, _), (k_weight, _), _ = qkv
+    hidden, heads = q_weight.shape[1], q_weight.shape[0] // head_dim
+    kv_heads = k_weight.shape[0] // head_dim
+    qkv_bias = [bias is not None for _, bias in qkv]
     if len(set(qkv_bias)) > 1:
         raise ValueError(
             f"the projections q_proj, k_proj, v_proj have biases {qkv_bias}: MultiHeadAttention "
@@ -320,7 +316,7 @@ def attention_from_hf(
     layer_type = _layer_type(hf_attention, config) if layer_type is None else layer_type
     if position is None and _uses_rope(family, config, hf_attention):
         position = RotaryEmbedding.from_hf_config(
-            config, layer_type=layer_type, dtype=_table_dtype(q.weight), layout=family.layout
+            config, layer_type=layer_type, dtype=_table_dtype(q_weight), layout=family.layout
         )
     scaling = getattr(hf_attention, "scaling", None)
     softcap = config.get(family.softcap_key) if family.softcap_key else None
@@ -340,9 +336,10 @@ def attention_from_hf(
         query_temperature=temperature,
         **_norm_options(hf_attention, family, head_dim),
     )
-    layer = _on_weights_of(layer, q.weight)
-    for ours, theirs in (("q_proj", q), ("k_proj", k), ("v_proj", v), ("out_proj", o)):
-        _copy_linear(getattr(layer, ours), theirs.weight, theirs.bias)
+    layer = _on_weights_of(layer, q_weight)
+    for ours, (weight, bias) in zip(("q_proj", "k_proj", "v_proj"), qkv, strict=True):
+        _copy_linear(getattr(layer, ours), weight, bias)
+    _copy_linear(layer.out_proj, o.weight, o.bias)
     with torch.no_grad():
         if family.qk_norm is not None:
             for name in ("q_norm", "k_norm"):

@@ -16,6 +16,7 @@ difference between their results:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ from pecode.bench.harness import (
     ratio_spread,
     time_interleaved,
 )
+from pecode.hf import swap_attention
 from pecode.relative import (
     DebertaRelativePosition,
     ShawRelativePosition,
@@ -379,10 +381,6 @@ def prefill_memory(
         from transformers import LlamaConfig, LlamaForCausalLM
     except ImportError as error:
         raise ImportError("prefill_memory compares with transformers: pip install it") from error
-    import copy
-
-    from pecode.hf import swap_attention
-
     config = LlamaConfig(
         vocab_size=128,
         hidden_size=hidden,
