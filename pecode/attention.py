@@ -411,8 +411,10 @@ class MultiHeadAttention(nn.Module):
         qk_norm: RMS-normalise queries and keys before the position scheme, with a
             learned gain (``q_norm``, ``k_norm``): ``"head"`` over each head's ``Dh``
             features (Qwen3, Gemma 3; Dehghani et al. 2023's QK-norm),
-            ``"projection"`` over the whole projection (OLMo 2). ``qk_norm_eps`` is
-            the RMSNorm epsilon (default 1e-6).
+            ``"projection"`` over the whole projection (OLMo 2), ``"l2"`` over each
+            head without a gain (Llama 4's ``L2Norm``, which it applies after RoPE: the
+            same thing, since a rotation keeps the norm). ``qk_norm_eps`` is the
+            RMSNorm epsilon (default 1e-6).
         logit_scale: the factor on ``q·k`` in place of the scheme's (Gemma's
             ``query_pre_attn_scalar ** -0.5``, Granite's ``attention_multiplier``).
         softcap: logits become ``softcap · tanh(logits / softcap)`` before the mask
@@ -429,7 +431,9 @@ class MultiHeadAttention(nn.Module):
             :func:`pecode.scaling.log_length_query_scale` of its position, with this
             dict's ``beta``, ``length`` and ``offset`` (Llama 4's NoPE layers,
             Ministral 3; :func:`pecode.scaling.hf_query_temperature` reads it from a
-            config).
+            config). With ``"by": "index"`` the count is the query's index in the
+            sequence (the cache's length before it, padding included) instead of its
+            position, as Llama 4 counts; the two differ in left-padded rows.
 
     ``window``, ``chunk`` and ``query_temperature`` read positions, so they are for
     self-attention; ``softcap`` and ``sinks`` change the softmax, so the layer then
@@ -512,9 +516,13 @@ class MultiHeadAttention(nn.Module):
                     f"qk_norm must be one of {list(_QK_NORMS)} or None, got {qk_norm!r}"
                 )
             eps = check_real("qk_norm_eps", qk_norm_eps, above=0.0)
-            per_head = qk_norm == "head"
-            self.q_norm = nn.RMSNorm(self.head_dim if per_head else q_width, eps=eps)
-            self.k_norm = nn.RMSNorm(self.head_dim if per_head else kv_width, eps=eps)
+            per_head, gain = qk_norm != "projection", qk_norm != "l2"
+            self.q_norm = nn.RMSNorm(
+                self.head_dim if per_head else q_width, eps=eps, elementwise_affine=gain
+            )
+            self.k_norm = nn.RMSNorm(
+                self.head_dim if per_head else kv_width, eps=eps, elementwise_affine=gain
+            )
         self.logit_scale = (
             None if logit_scale is None else check_real("logit_scale", logit_scale, above=0.0)
         )
@@ -693,6 +701,7 @@ class MultiHeadAttention(nn.Module):
         """
         batch, length = self._check_call(x, context, causal, cache)
         cross = context is not None
+        past = 0 if cache is None or cross else len(cache)  # the queries' first index
         if positions is None and cache is not None and not cross:
             positions = cache.next_positions(length, x.device)  # each row continues
         positions = self._check_positions("positions", positions, batch, length, x.device)
@@ -724,8 +733,7 @@ class MultiHeadAttention(nn.Module):
             elif cache is not None:
                 k, v, k_positions = cache.append(k, v, k_positions)
         if self.query_temperature is not None:  # after the scheme, as Llama 4 and Ministral 3
-            scale = log_length_query_scale(positions, **self.query_temperature)
-            q = q * scale.to(q.device, q.dtype).unsqueeze(-1).unsqueeze(-3)
+            q = q * self._temperature(positions, past).to(q.device, q.dtype)
         attn_mask = self._with_position_mask(attn_mask, positions, k_positions)
         bias = self.position.score_bias(q, self._keys_for_bias(k), positions, k_positions)
         if bias is not None:
@@ -736,6 +744,13 @@ class MultiHeadAttention(nn.Module):
             )
         mask = _fold_mask(attn_mask, causal, bias, length, k_len, q.dtype, q.device)
         return q, k, v, mask, positions, k_positions
+
+    def _temperature(self, positions: Tensor, past: int) -> Tensor:
+        """The query temperature, ``[B or 1, 1, L, 1]``, of the position or the index."""
+        options = dict(self.query_temperature)
+        if options.pop("by") == "index":
+            positions = torch.arange(past, past + positions.shape[-1], device=positions.device)
+        return log_length_query_scale(positions, **options).unsqueeze(-1).unsqueeze(-3)
 
     def _normed(self, t: Tensor, which: str) -> Tensor:
         """``t`` ([B, L, heads·Dh]) RMS-normalised as ``qk_norm`` says (unchanged if None)."""
@@ -898,7 +913,7 @@ class MultiHeadAttention(nn.Module):
         return t.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
 
 
-_QK_NORMS = ("head", "projection")
+_QK_NORMS = ("head", "projection", "l2")
 
 
 def _check_temperature(temperature: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -909,16 +924,21 @@ def _check_temperature(temperature: Mapping[str, Any] | None) -> dict[str, Any] 
         raise TypeError(
             f"query_temperature must be a dict or None, got {type(temperature).__name__}"
         )
-    unknown = sorted(set(temperature) - {"beta", "length", "offset", "layers"})
+    unknown = sorted(set(temperature) - {"beta", "length", "offset", "by", "layers"})
     if unknown or "beta" not in temperature or "length" not in temperature:
         raise ValueError(
             "query_temperature takes 'beta', 'length' and optionally 'offset' (the "
-            f"arguments of log_length_query_scale), got {sorted(temperature)}"
+            "arguments of log_length_query_scale) and 'by' ('position' or 'index'), got "
+            f"{sorted(temperature)}"
         )
+    by = temperature.get("by", "position")
+    if by not in ("position", "index"):
+        raise ValueError(f"query_temperature['by'] must be 'position' or 'index', got {by!r}")
     return {
         "beta": check_real("query_temperature['beta']", temperature["beta"]),
         "length": check_int("query_temperature['length']", temperature["length"]),
         "offset": check_int("query_temperature['offset']", temperature.get("offset", 0), minimum=0),
+        "by": by,
     }
 
 

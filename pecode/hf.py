@@ -46,6 +46,7 @@ from pecode.rope import RotaryEmbedding, RotaryEmbeddingPerLayerType
 from pecode.scaling import hf_query_temperature
 
 __all__ = [
+    "SWAP_TABLE_ROWS",
     "HFLlamaAttention",
     "attention_from_bloom",
     "attention_from_gpt_neox",
@@ -60,6 +61,12 @@ __all__ = [
 
 # the attention implementations whose masks HFLlamaAttention reads: 4-D tensors or None
 _MASK_IMPLEMENTATIONS = ("eager", "sdpa")
+
+SWAP_TABLE_ROWS = 131072
+"""The most rows of cos and sin :func:`swap_attention` builds up front, per layer type: the
+config's ``max_position_embeddings`` up to this (64 MiB for a 128-wide head in float32),
+so that ``torch.compile`` of the swapped model works on its first call (a compiled
+lookup cannot grow the tables). Past it, one eager call on the longest input grows them."""
 
 
 # --------------------------------------------------------------------------- weights
@@ -137,7 +144,8 @@ def _dropout(value: object) -> float:
 class _Family:
     """What a model type's attention computes beyond Llama's, read in transformers 5.23."""
 
-    qk_norm: str | None = None  # "head" or "projection": its q_norm/k_norm, before RoPE
+    qk_norm: str | None = None  # "head" or "projection": its q_norm/k_norm, before RoPE;
+    # "l2": Llama 4's qk_norm, without a gain, after RoPE (where the module has one)
     gemma_norm: bool = False  # the norm's gain is stored as w - 1: x̂ · (1 + w)
     softcap_key: str | None = None  # the config key of the logit soft cap
     sinks: bool = False  # learned sink logits (module.sinks)
@@ -146,6 +154,8 @@ class _Family:
     fused_qkv: bool = False  # one qkv_proj: all query heads' rows, then keys', then values'
     layout: str = "half"  # the RoPE pairs: "interleaved" for GLM-4's and Cohere 2's
     rope_only_on: str | None = None  # the one layer type with RoPE (Cohere 2: sliding)
+    # the decoder layer keeps position_ids from self_attn (Llama 4): a hook passes them
+    position_ids_from_block: bool = False
 
 
 # config.model_type of the models whose attention pecode rebuilds: four projections
@@ -169,6 +179,15 @@ _FAMILIES: dict[str, _Family] = {
     "glm4": _Family(layout="interleaved"),  # RoPE on the first half of each head
     "cohere2": _Family(layout="interleaved", rope_only_on="sliding_attention"),
     "gpt_oss": _Family(sinks=True),
+    # Llama 4: complex (interleaved) RoPE and chunks on 3 of 4 layers, the temperature on
+    # the NoPE ones (MoE or not: the attention is the same)
+    "llama4_text": _Family(
+        qk_norm="l2",
+        nope_layers="no_rope_layers",
+        temperature=True,
+        layout="interleaved",
+        position_ids_from_block=True,
+    ),
 }
 
 
@@ -180,15 +199,16 @@ def _family(hf_attention: nn.Module, config: Mapping[str, Any]) -> _Family:
             f"hf_attention belongs to a model of type {model_type!r}; attention_from_hf "
             f"rebuilds the attention of {', '.join(map(repr, _FAMILIES))} (others with the same "
             "projections rotate or normalise differently: Cohere's LayerNorm of q and k, "
-            "Llama 4's L2 norm and chunks)"
+            "DeepSeek's MLA)"
         )
     family = _FAMILIES[model_type]
+    gains = family.qk_norm in ("head", "projection")  # a q_norm and k_norm with a gain
     for name in ("q_norm", "k_norm"):
-        if (getattr(hf_attention, name, None) is not None) != (family.qk_norm is not None):
+        if (getattr(hf_attention, name, None) is not None) != gains:
             raise ValueError(
-                f"hf_attention {'has' if family.qk_norm is None else 'lacks'} a {name}, which "
-                f"a {model_type!r} attention {'lacks' if family.qk_norm is None else 'has'}: "
-                "a module edited after loading, which pecode will not guess at"
+                f"hf_attention {'lacks' if gains else 'has'} a {name}, which a "
+                f"{model_type!r} attention {'has' if gains else 'lacks'}: a module edited "
+                "after loading, which pecode will not guess at"
             )
     if config.get("use_bidirectional_attention"):
         raise ValueError("use_bidirectional_attention: pecode rebuilds causal decoders only")
@@ -237,6 +257,9 @@ def _qkv_weights(
 
 def _norm_options(hf_attention: nn.Module, family: _Family, head_dim: int) -> dict[str, Any]:
     """``qk_norm`` and ``qk_norm_eps`` of the pecode layer for the module's q_norm."""
+    if family.qk_norm == "l2":  # Llama 4: on the RoPE layers, if use_qk_norm
+        norm = getattr(hf_attention, "qk_norm", None)
+        return {} if norm is None else {"qk_norm": "l2", "qk_norm_eps": float(norm.eps)}
     if family.qk_norm is None:
         return {}
     norm = hf_attention.q_norm
@@ -321,6 +344,8 @@ def attention_from_hf(
     scaling = getattr(hf_attention, "scaling", None)
     softcap = config.get(family.softcap_key) if family.softcap_key else None
     temperature = hf_query_temperature(config) if family.temperature else None
+    if temperature is not None and temperature["layers"] == "nope" and position is not None:
+        temperature = None  # Llama 4's: its NoPE layers only
     layer = MultiHeadAttention(
         hidden,
         heads,
@@ -341,7 +366,7 @@ def attention_from_hf(
         _copy_linear(getattr(layer, ours), weight, bias)
     _copy_linear(layer.out_proj, o.weight, o.bias)
     with torch.no_grad():
-        if family.qk_norm is not None:
+        if family.qk_norm in ("head", "projection"):
             for name in ("q_norm", "k_norm"):
                 gain = getattr(hf_attention, name).weight
                 getattr(layer, name).weight.copy_(gain + 1 if family.gemma_norm else gain)
@@ -660,6 +685,9 @@ class HFLlamaAttention(nn.Module):
         self.hf_class: type[nn.Module] | None = None
         self.hf_config: Any = None
         self.hf_gains: dict[str, Tensor] | None = None
+        # set just before each call by the decoder layer's hook where the layer keeps
+        # position_ids to itself (Llama 4; see swap_attention), used once
+        self.block_position_ids: Tensor | None = None
 
     def extra_repr(self) -> str:
         return f"layer_idx={self.layer_idx}"
@@ -697,6 +725,8 @@ class HFLlamaAttention(nn.Module):
         """
         transformers_cache = _the_cache(past_key_values, cache, kwargs)
         positions = kwargs.get("position_ids")
+        if positions is None:  # Llama 4's decoder layer: from its hook
+            positions, self.block_position_ids = self.block_position_ids, None
         if positions is None:
             raise ValueError(
                 "position_ids: the decoder layer passed none to self_attn; HFLlamaAttention "
@@ -724,6 +754,19 @@ class HFLlamaAttention(nn.Module):
             cache=layer_cache,
         )
         return out, None
+
+
+def _pass_position_ids(block: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
+    """A decoder layer's forward pre-hook: hand its ``position_ids`` to its swapped
+    attention (Llama 4's decoder layer does not pass them on)."""
+    attention = getattr(block, "self_attn", None)
+    if isinstance(attention, HFLlamaAttention):
+        attention.block_position_ids = kwargs.get("position_ids")
+
+
+def _position_ids_hooks(block: nn.Module) -> list[int]:
+    """The keys of :func:`_pass_position_ids` among ``block``'s forward pre-hooks."""
+    return [key for key, hook in block._forward_pre_hooks.items() if hook is _pass_position_ids]
 
 
 def _is_cache(value: object) -> bool:
@@ -761,6 +804,13 @@ def swap_attention(model: nn.Module) -> nn.Module:
     copied: the model holds pecode's layers afterwards, not transformers' (``copy.deepcopy``
     it first to keep the original).
 
+    The rotary tables are built up front to the config's ``max_position_embeddings``
+    (at most :data:`SWAP_TABLE_ROWS`), so ``torch.compile(model)`` works on its first
+    call; ``"dynamic"`` and ``"longrope"`` scaling choose their frequencies per call
+    and run eagerly only (:meth:`~pecode.rope.RotaryEmbedding.cos_sin`). Llama 4's
+    decoder layers get a forward pre-hook that hands their ``position_ids`` to the
+    attention (they do not pass them on); :func:`unswap_attention` removes it.
+
     Returns:
         ``model``, changed.
 
@@ -795,8 +845,12 @@ def swap_attention(model: nn.Module) -> nn.Module:
     family = _family(first, attention_config)  # refuse an unknown model before building
     projection = "qkv_proj" if family.fused_qkv else "q_proj"
     weight = _linear(first, projection, "a transformers decoder attention").weight
+    rows = min(
+        check_int("max_position_embeddings", attention_config.get("max_position_embeddings") or 1),
+        SWAP_TABLE_ROWS,
+    )
     rotary = RotaryEmbeddingPerLayerType.from_hf_config(
-        attention_config, dtype=_table_dtype(weight), layout=family.layout
+        attention_config, dtype=_table_dtype(weight), layout=family.layout, initial_positions=rows
     )
     for block in blocks:
         hf_attention = block.self_attn
@@ -814,6 +868,9 @@ def swap_attention(model: nn.Module) -> nn.Module:
                 for name in ("q_norm", "k_norm")
             }
         block.self_attn = wrapper.train(hf_attention.training)  # new modules start in training
+        if family.position_ids_from_block and not _position_ids_hooks(block):
+            # a module-level function, not a closure: a deepcopy of the model keeps working
+            block.register_forward_pre_hook(_pass_position_ids, with_kwargs=True)
     return model
 
 
@@ -858,6 +915,9 @@ def unswap_attention(model: nn.Module) -> nn.Module:
         family = _family(hf_attention, _config_dict(hf_attention))
         _copy_back(wrapper.layer, hf_attention, family, wrapper.hf_gains)
         block.self_attn = hf_attention.train(wrapper.training)
+        for key in _position_ids_hooks(block):
+            del block._forward_pre_hooks[key]
+            block._forward_pre_hooks_with_kwargs.pop(key, None)
     return model
 
 
@@ -883,7 +943,7 @@ def _copy_back(
                 ours = getattr(layer, name)
                 _copy_linear(getattr(hf_attention, name), ours.weight, ours.bias)
         _copy_linear(hf_attention.o_proj, layer.out_proj.weight, layer.out_proj.bias)
-        if family.qk_norm is not None:
+        if family.qk_norm in ("head", "projection"):
             for name in ("q_norm", "k_norm"):
                 gain = getattr(layer, name).weight
                 if family.gemma_norm:

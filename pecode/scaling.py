@@ -1167,10 +1167,14 @@ def log_length_query_scale(
 def hf_query_temperature(config: Mapping[str, Any] | object) -> dict[str, Any] | None:
     """The log-length query temperature a Hugging Face config asks for, or None.
 
-    Returns :func:`log_length_query_scale`'s arguments ``{"beta", "length", "offset"}``
-    and ``"layers"``: ``"nope"`` for Llama 4 (``attn_temperature_tuning``; the layers
-    without RoPE only), ``"all"`` for Ministral 3 / Mistral Large 3 (a
-    ``llama_4_scaling_beta`` in the rope block). None when the config has neither.
+    Returns :func:`log_length_query_scale`'s arguments ``{"beta", "length", "offset"}``,
+    what it counts (``"by"``) and which layers it is for (``"layers"``): Llama 4
+    (``attn_temperature_tuning``) counts each query's index in the sequence
+    (``"index"``: ``arange(L)`` plus the cache's length, padding included) on the
+    layers without RoPE only (``"nope"``); Ministral 3 / Mistral Large 3 (a
+    ``llama_4_scaling_beta`` in the rope block) count the position (``"position"``)
+    on every layer (``"all"``). None when the config has neither. The dict is
+    :class:`~pecode.attention.MultiHeadAttention`'s ``query_temperature``.
 
     Raises:
         TypeError, ValueError: as :func:`hf_rope_arguments` for the config; a value of
@@ -1185,6 +1189,7 @@ def hf_query_temperature(config: Mapping[str, Any] | object) -> dict[str, Any] |
             "beta": _number("attn_scale", config["attn_scale"]),
             "length": check_int("floor_scale", config["floor_scale"]),
             "offset": 1,
+            "by": "index",  # arange(L) + the cache's length, not position_ids
             "layers": "nope",
         }
     block = config.get("rope_parameters") or config.get("rope_scaling") or {}
@@ -1200,5 +1205,6 @@ def hf_query_temperature(config: Mapping[str, Any] | object) -> dict[str, Any] |
         "beta": _number("llama_4_scaling_beta", block["llama_4_scaling_beta"]),
         "length": check_int("original_max_position_embeddings", original),
         "offset": 0,
+        "by": "position",
         "layers": "all",
     }

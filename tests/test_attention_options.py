@@ -45,12 +45,16 @@ OPTIONS = {
     "qkv bias, no output bias": {"qkv_bias": True, "out_bias": False, "bias": False},
     "qk_norm per head": {"qk_norm": "head"},
     "qk_norm over the projection": {"qk_norm": "projection", "qk_norm_eps": 1e-5},
+    "qk_norm per head without a gain": {"qk_norm": "l2"},
     "logit scale": {"logit_scale": 0.8},
     "soft cap": {"softcap": 1.5},
     "sinks": {"sinks": True},
     "window 3": {"window": 3},
     "chunks of 3": {"chunk": 3},
     "query temperature": {"query_temperature": {"beta": 0.5, "length": 2, "offset": 1}},
+    "query temperature by index": {
+        "query_temperature": {"beta": 0.5, "length": 2, "offset": 1, "by": "index"}
+    },
 }
 # the option that changes the layer's output when it is taken away (the neighbour)
 CHANGES_OUTPUT = set(OPTIONS) - {"head_dim 5 (H·Dh = 20 != D)", "grouped keys"}
@@ -95,6 +99,22 @@ def test_all_options_together_with_rope_positions_and_grouped_keys():
     assert torch.allclose(ours, attention_layer_loop(module, x, positions), atol=1e-12)
 
 
+@pytest.mark.parametrize("by", ["position", "index"])
+def test_temperature_counts_the_position_or_the_index(by):
+    # positions 3..10 against indices 0..7: Ministral 3 counts the first, Llama 4 the second
+    temperature = {"beta": 0.5, "length": 3, "by": by}
+    rope = RotaryEmbedding(6, dtype=F64)
+    module = layer(position=rope, head_dim=6, query_temperature=temperature)
+    x, positions = x_of(8), torch.arange(3, 11)
+    with torch.no_grad():
+        ours = module(x, positions=positions, causal=True)
+        module.query_temperature["by"] = "index" if by == "position" else "position"
+        other = module(x, positions=positions, causal=True)
+        module.query_temperature["by"] = by
+    assert torch.allclose(ours, attention_layer_loop(module, x, positions.tolist()), atol=1e-12)
+    assert (ours - other).abs().max() > 1e-3  # the neighbour: the other count
+
+
 @pytest.mark.parametrize(
     "options",
     [
@@ -102,8 +122,9 @@ def test_all_options_together_with_rope_positions_and_grouped_keys():
         {"chunk": 3},
         {"sinks": True, "softcap": 1.0},
         {"query_temperature": {"beta": 1.0, "length": 2}},
+        {"query_temperature": {"beta": 1.0, "length": 2, "by": "index"}, "qk_norm": "l2"},
     ],
-    ids=["window", "chunk", "sinks and softcap", "temperature"],
+    ids=["window", "chunk", "sinks and softcap", "temperature", "temperature by index"],
 )
 def test_cached_decoding_equals_one_causal_pass(options):
     module, x = layer(position=RotaryEmbedding(4), head_dim=4, **options), x_of(9)
@@ -138,6 +159,11 @@ def test_attention_weights_include_the_options():
         ({"head_dim": 0}, ValueError, "head_dim must be positive"),
         ({"query_temperature": {"beta": 0.1}}, ValueError, "query_temperature takes"),
         ({"query_temperature": 0.1}, TypeError, "query_temperature must be a dict"),
+        (
+            {"query_temperature": {"beta": 0.1, "length": 2, "by": "time"}},
+            ValueError,
+            r"query_temperature\['by'\] must be",
+        ),
     ],
 )
 def test_bad_options_raise_naming_the_option(options, error, match):

@@ -278,7 +278,13 @@ def test_ministral3_block_with_its_query_temperature():
     assert torch.allclose(ours, rotary.inv_freq.to(F64), rtol=FREQ_RTOL, atol=0.0)
     assert math.isclose(factor, rotary.attention_scaling, rel_tol=1e-12)
     temperature = hf_query_temperature(MINISTRAL3)
-    assert temperature == {"beta": 0.1, "length": 16384, "offset": 0, "layers": "all"}
+    assert temperature == {
+        "beta": 0.1,
+        "length": 16384,
+        "offset": 0,
+        "by": "position",
+        "layers": "all",
+    }
     positions = torch.tensor([[0, 16383, 16384, 50000, 200000]])
     theirs = get_llama_4_attn_scale(positions, 0.1, 16384)[:, 0, :, 0]
     mine = log_length_query_scale(positions, temperature["beta"], temperature["length"])
@@ -302,7 +308,13 @@ def test_llama4_nope_layers_temperature_against_a_loop():
         "rope_theta": 500000.0,
     }
     temperature = hf_query_temperature(config)
-    assert temperature == {"beta": 0.1, "length": 8192, "offset": 1, "layers": "nope"}
+    assert temperature == {
+        "beta": 0.1,
+        "length": 8192,
+        "offset": 1,
+        "by": "index",
+        "layers": "nope",
+    }
     positions = torch.tensor([0, 8190, 8191, 16383, 10**6])
     loop = [1 + 0.1 * math.log(1 + (p + 1) // 8192) for p in positions.tolist()]
     scale = log_length_query_scale(positions, 0.1, 8192, offset=1)

@@ -38,7 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from pecode.alibi import ALiBi
-from pecode.attention import ContentOnly, KVCache, MultiHeadAttention
+from pecode.attention import ContentOnly, KVCache, MultiHeadAttention, PositionScheme
 from pecode.relative import T5RelativePositionBias
 from pecode.rope import RotaryEmbedding
 
@@ -745,6 +745,30 @@ FAMILIES = {
             },
         },
     ),
+    # Llama 4 (MoE feed-forward): complex RoPE in chunks of 4 with an L2 qk-norm on layer
+    # 0, no RoPE and the query temperature by index (here from index 2) on layer 1
+    "llama4_text": (
+        "Llama4TextConfig",
+        "Llama4ForCausalLM",
+        {
+            "head_dim": 8,
+            "intermediate_size_mlp": 48,
+            "num_local_experts": 2,
+            "num_experts_per_tok": 1,
+            "no_rope_layers": [1, 0],
+            "attention_chunk_size": 4,
+            "floor_scale": 3,
+            "attn_scale": 1.0,
+            "rope_parameters": {  # Llama 4 Scout's block: a step at the band
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 1.0,
+                "original_max_position_embeddings": 8,
+            },
+        },
+    ),
 }
 
 
@@ -779,12 +803,15 @@ FAMILY_NEIGHBOURS = {
     "glm4": lambda a: setattr(a, "position", RotaryEmbedding(8, rotary_dim=4)),  # half layout
     "cohere2": lambda a: setattr(a, "position", RotaryEmbedding(8, layout="interleaved")),
     "ministral3": lambda a: setattr(a, "query_temperature", None),
+    # the temperature counted by position: left-padded rows differ
+    "llama4_text": lambda a: a.query_temperature and a.query_temperature.update(by="position"),
 }
 
 
 @pytest.mark.parametrize(
     ("model_type", "implementation"),
-    [(name, "eager") for name in FAMILIES] + [("qwen3", "sdpa"), ("gemma3_text", "sdpa")],
+    [(name, "eager") for name in FAMILIES]
+    + [("qwen3", "sdpa"), ("gemma3_text", "sdpa"), ("llama4_text", "sdpa")],
 )
 def test_swap_attention_of_each_family_inside_generate(model_type, implementation):
     # sdpa: boolean masks, or none where a plain causal pass needs none
@@ -804,7 +831,9 @@ def test_swap_attention_of_each_family_inside_generate(model_type, implementatio
     )
 
 
-@pytest.mark.parametrize("model_type", ["qwen3", "gemma3_text", "gpt_oss", "phi3", "olmo2"])
+@pytest.mark.parametrize(
+    "model_type", ["qwen3", "gemma3_text", "gpt_oss", "phi3", "olmo2", "llama4_text"]
+)
 def test_weights_edited_on_pecodes_side_go_back_to_transformers(model_type):
     # swap, change the pecode layers' weights (as fine-tuning would), unswap: the model
     # is transformers' again, computes what the edited pecode layers computed, and its
@@ -858,3 +887,48 @@ def test_swap_and_unswap_keep_the_models_mode_and_gemmas_gains():
     back = unswap_attention(swap_attention(copy.deepcopy(gemma)))
     for name, tensor in gemma.state_dict().items():
         assert torch.equal(back.state_dict()[name], tensor), name
+
+
+def test_llama4_swap_reads_its_norm_and_temperature_and_survives_a_deepcopy():
+    # Llama 4's decoder layer keeps position_ids from self_attn: swap_attention hooks the
+    # layer to pass them on. The hook is a plain function, so a deepcopy of the swapped
+    # model runs on its own layers; unswap removes it. Each Llama 4 feature bites.
+    model = family_model("llama4_text")
+    swapped = copy.deepcopy(swap_attention(copy.deepcopy(model)))
+    ids, mask, _ = prompts()
+    theirs = generate_both(model, swapped, ids, mask, 8)
+    rope_layer, nope_layer = (block.self_attn.layer for block in swapped.model.layers)
+    assert rope_layer.qk_norm == "l2"
+    assert rope_layer.query_temperature is None
+    assert type(nope_layer.position) is PositionScheme  # none
+    assert nope_layer.query_temperature["by"] == "index"
+    for neighbour in (
+        lambda: setattr(rope_layer, "qk_norm", None),
+        lambda: setattr(nope_layer, "query_temperature", None),
+        lambda: setattr(rope_layer, "position", RotaryEmbedding(8, base=500000.0)),  # half
+    ):
+        saved = rope_layer.qk_norm, nope_layer.query_temperature, rope_layer.position
+        neighbour()
+        other = swapped.generate(input_ids=ids, attention_mask=mask, max_new_tokens=8, **GREEDY)
+        rope_layer.qk_norm, nope_layer.query_temperature, rope_layer.position = saved
+        moved = max(worst(a, b) for a, b in zip(other.logits, theirs.logits, strict=False))
+        assert moved > 100 * LOGITS_TOLERANCE
+    back = unswap_attention(swapped)
+    assert all(not block._forward_pre_hooks for block in back.model.layers)
+
+
+def test_swapped_model_compiles_on_its_first_call():
+    # swap_attention builds the rotary tables to max_position_embeddings: a compiled lookup
+    # cannot grow them, and before it did, the first compiled call raised. Dynamo's
+    # "eager" backend traces what Inductor would compile, in a fraction of the time.
+    model = family_model("qwen3")
+    swapped = swap_attention(copy.deepcopy(model))
+    ids, mask, _ = prompts()
+    real = mask.bool()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        theirs = model(input_ids=ids, attention_mask=mask).logits
+        ours = torch.compile(swapped, backend="eager")(input_ids=ids, attention_mask=mask).logits
+    assert worst(ours[real], theirs[real]) < LOGITS_TOLERANCE
+    rope = swapped.model.layers[0].self_attn.layer.position
+    assert rope.cached_positions == model.config.max_position_embeddings

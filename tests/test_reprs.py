@@ -61,7 +61,7 @@ def _cases() -> list[tuple[nn.Module, dict[str, object]]]:
         "sinks": True,
         "window": 8,
         "chunk": 16,
-        "query_temperature": {"beta": 0.1, "length": 64, "offset": 1},
+        "query_temperature": {"beta": 0.1, "length": 64, "offset": 1, "by": "index"},
     }
     t5_settings = {
         "bidirectional": False,

@@ -105,13 +105,15 @@ def attention_layer_loop(
     Read from ``module`` and each spelled out from its source, not from pecode's code:
     the per-head width ``Dh``; grouped key/value heads (query head ``h`` reads group
     ``h // (H / Hkv)``); the projections' biases; ``qk_norm`` (``x / sqrt(mean(x²) +
-    eps) · gain``, over each head or the whole projection, before RoPE); RoPE when the
+    eps) · gain``, over each head or the whole projection, before RoPE; no gain for
+    ``"l2"``); RoPE when the
     scheme is an unscaled :class:`~pecode.rope.RotaryEmbedding` in the half layout
     (feature ``c`` paired with ``c + r/2`` of the rotated ``r``, angle ``p·base^(-2c/r)``);
     the logit scale (``logit_scale``, else ``1/sqrt(Dh)``); the soft cap ``s·tanh(l/s)``;
     the causal, sliding-window (``|p_q - p_k| < window``) and chunk (``p_q // chunk ==
     p_k // chunk``) limits; learned sinks (one more term ``exp(sink_h)`` in the softmax's
-    denominator); the query temperature ``1 + β ln(1 + ⌊(p + offset)/length⌋)``.
+    denominator); the query temperature ``1 + β ln(1 + ⌊(p + offset)/length⌋)``, ``p``
+    the position or, with ``"by": "index"``, the index in the sequence.
 
     Shapes::
 
@@ -151,8 +153,8 @@ def attention_layer_loop(
         return [sum(w[o][i] * vector[i] for i in range(len(vector))) + b[o] for o in range(len(w))]
 
     def rms_norm(vector: list[float], norm: torch.nn.RMSNorm) -> list[float]:
-        gain = norm.weight.detach().double().tolist()
-        width = len(gain)
+        width = head_dim if module.qk_norm == "l2" else norm.normalized_shape[0]
+        gain = [1.0] * width if norm.weight is None else norm.weight.detach().double().tolist()
         out = []
         for start in range(0, len(vector), width):
             piece = vector[start : start + width]
@@ -191,7 +193,8 @@ def attention_layer_loop(
             p = positions[i]
             factor = 1.0
             if temperature is not None:
-                steps = (p + temperature["offset"]) // temperature["length"]
+                counted = i if temperature["by"] == "index" else p
+                steps = (counted + temperature["offset"]) // temperature["length"]
                 factor = 1 + temperature["beta"] * math.log(1 + steps)
             concat = []
             for h in range(heads):
