@@ -289,17 +289,20 @@ def attention_from_hf(
     in transformers 5.23): Llama, Mistral, Ministral and Ministral 3, Qwen2 and Qwen3
     (and Qwen3-MoE's attention), OLMo 2 and 3, Granite, Gemma 2 and 3, SmolLM3, gpt-oss,
     Phi-3/Phi-4-mini (one fused ``qkv_proj``, cut in three; partial rotary from
-    ``partial_rotary_factor``), GLM-4 (interleaved pairs on part of each head) and
-    Cohere 2 (interleaved pairs on its sliding layers, none on its global ones).
+    ``partial_rotary_factor``), GLM-4 (interleaved pairs on part of each head),
+    Cohere 2 (interleaved pairs on its sliding layers, none on its global ones) and
+    Llama 4 (interleaved pairs, its ``L2Norm`` of q and k as ``qk_norm="l2"``, and on
+    its NoPE layers the query temperature by index).
     The pecode layer gets what each computes: grouped key/value heads and the head
     width as the checkpoint has them, the projections' biases, the model's ``scaling``
     as ``logit_scale``, Qwen3's and Gemma 3's per-head and OLMo's whole-projection
     RMSNorm of q and k (Gemma's gain ``1 + w``), Gemma 2's soft cap, gpt-oss's sinks,
-    Ministral 3's query temperature, and the rotary embedding of the config (any rope
-    type, per layer type where the config has one block per type, half layout) or none
-    for SmolLM3's NoPE layers. The sliding windows are the masks' business: the model
-    passes each layer its own (:func:`swap_attention`), and pecode's own masks can use
-    the layer's ``window`` option. The result is on the module's device and dtype; call
+    Ministral 3's and Llama 4's query temperature, and the rotary embedding of the
+    config (any rope type, per layer type where the config has one block per type, in
+    the model's layout) or none for SmolLM3's and Llama 4's NoPE layers. The sliding
+    windows and Llama 4's chunks are the masks' business: the model passes each layer
+    its own (:func:`swap_attention`), and pecode's own masks can use the layer's
+    ``window`` and ``chunk`` options. The result is on the module's device and dtype; call
     it with ``causal=True`` and the model's positions, or run a whole model on it with
     :func:`swap_attention`.
 
