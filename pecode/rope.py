@@ -32,7 +32,7 @@ over memory, and a backward that is the inverse rotation), among them the kernel
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -42,6 +42,7 @@ from pecode import rope_compiled, rope_kernels
 from pecode._checks import check_int, check_integer_tensor, check_positions
 from pecode.attention import PositionScheme
 from pecode.frequencies import check_rope_base, check_rope_dim, rope_inv_freq
+from pecode.mrope import mrope_pair_axes
 from pecode.scaling import hf_layer_types, hf_rope_arguments, rope_frequencies
 
 __all__ = [
@@ -607,6 +608,12 @@ class RotaryEmbedding(PositionScheme):
         compiled: :func:`apply_rope`'s switch for the compiled CPU kernel (None: the
             environment variable ``PECODE_ROPE_COMPILE``, ``"auto"`` by default); the
             attribute ``compiled`` can be changed later.
+        sections: multi-axis RoPE (M-RoPE, Qwen2-VL's ``mrope_section``): how many of
+            the ``rotary_dim / 2`` pairs each position axis turns (time, height,
+            width); positions then come as ``[B, L, A]``, and ``[L]`` or ``[B, L]``
+            mean the same index on every axis (text), which is 1-D RoPE.
+        section_layout: ``"chunked"`` (Qwen2/2.5-VL) or ``"interleaved"``
+            (Qwen3-VL, ``mrope_interleaved``): see :mod:`pecode.mrope`.
 
     Raises:
         TypeError, ValueError: ``head_dim``/``rotary_dim`` not positive and even,
@@ -614,7 +621,9 @@ class RotaryEmbedding(PositionScheme):
             greater than 1, ``initial_positions`` not a non-negative int, a ``dtype``
             other than float32/float64, a scaling kind or parameter that
             :func:`pecode.scaling.rope_frequencies` rejects, a ``seq_len`` in
-            ``scaling_params``, or a ``compiled`` other than a bool, ``"auto"`` or None.
+            ``scaling_params``, a ``compiled`` other than a bool, ``"auto"`` or None,
+            or ``sections`` that :func:`pecode.mrope.mrope_pair_axes` refuses or that do
+            not add up to ``rotary_dim / 2``.
     """
 
     def __init__(
@@ -629,6 +638,8 @@ class RotaryEmbedding(PositionScheme):
         scaling: str | None = None,
         scaling_params: Mapping[str, Any] | None = None,
         compiled: bool | str | None = None,
+        sections: Sequence[int] | None = None,
+        section_layout: str = "chunked",
     ) -> None:
         super().__init__()
         check_rope_dim("head_dim", head_dim)
@@ -660,6 +671,17 @@ class RotaryEmbedding(PositionScheme):
             rope_compiled.resolve_mode(compiled)
         self.compiled = compiled
         self.layer_type: str | None = None  # the layer type of a config it was read for
+        self.sections = None if sections is None else tuple(sections)
+        self.section_layout = section_layout
+        pair_axes = None
+        if sections is not None:
+            pair_axes = mrope_pair_axes(sections, section_layout)
+            if len(pair_axes) != rotary_dim // 2:
+                raise ValueError(
+                    f"sections {list(sections)} add up to {len(pair_axes)} pairs, not the "
+                    f"rotary_dim / 2 = {rotary_dim // 2} pairs rotated"
+                )
+        self.register_buffer("pair_axes", pair_axes, persistent=False)
         # The frequencies of the tables, in float64 on the CPU even when the module is
         # built on "meta": everything the tables are rebuilt from (validates the scaling).
         with torch.device("cpu"):
@@ -839,6 +861,30 @@ class RotaryEmbedding(PositionScheme):
         index = positions.to(device)
         return self.cos_cached[index], self.sin_cached[index]
 
+    def cos_sin_axes(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """Multi-axis rows: pair ``j`` of each row at the position of its axis.
+
+        Shapes::
+
+            positions: [..., A] (integer; A = len(sections))
+            returns:   (cos, sin), each [..., rotary_dim / 2]
+
+        Raises:
+            ValueError: the module has no ``sections``, or ``positions``' last axis is
+                not ``A``; else as :meth:`cos_sin`.
+        """
+        if self.sections is None:
+            raise ValueError("positions with an axis dimension need RotaryEmbedding(sections=...)")
+        check_integer_tensor("positions", positions)
+        if positions.dim() == 0 or positions.shape[-1] != len(self.sections):
+            raise ValueError(
+                f"positions must end in one index per axis ({len(self.sections)} for sections "
+                f"{list(self.sections)}), got shape {tuple(positions.shape)}"
+            )
+        cos, sin = self.cos_sin(positions)  # [..., A, P]: every pair at every axis
+        index = self.pair_axes.to(cos.device).expand(*cos.shape[:-2], 1, -1)
+        return cos.gather(-2, index).squeeze(-2), sin.gather(-2, index).squeeze(-2)
+
     def _call_length(self, needed: int) -> int:
         """The length whose frequencies a call needing positions ``0 .. needed - 1`` uses,
         by Hugging Face's rules (``dynamic_rope_update`` in transformers).
@@ -907,7 +953,8 @@ class RotaryEmbedding(PositionScheme):
         Shapes::
 
             x:            floating, any shape (only its dtype and device are used)
-            position_ids: [B, L] (integer; any [..., L])
+            position_ids: [B, L] (integer; any [..., L]); with ``sections``, [A, B, L]
+                          as Qwen2-VL's and Qwen3-VL's models pass them
             returns:      (cos, sin), each [B, L, rotary_dim], x's dtype and device
 
         Raises:
@@ -929,7 +976,10 @@ class RotaryEmbedding(PositionScheme):
         check_integer_tensor("position_ids", position_ids)
         if position_ids.dim() == 0:
             raise ValueError("position_ids must have at least one dimension [..., L]")
-        cos, sin = self.cos_sin(position_ids)
+        if self.sections is not None and position_ids.dim() == 3:  # transformers' [A, B, L]
+            cos, sin = self.cos_sin_axes(position_ids.movedim(0, -1))
+        else:
+            cos, sin = self.cos_sin(position_ids)
         if self.layout == "half":
             cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
         else:
@@ -937,7 +987,8 @@ class RotaryEmbedding(PositionScheme):
         return cos.to(x.device, x.dtype), sin.to(x.device, x.dtype)
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        """Rotate ``x [B, H, L, head_dim]`` by ``positions [L]`` or ``[B, L]``.
+        """Rotate ``x [B, H, L, head_dim]`` by ``positions [L]`` or ``[B, L]`` (or, with
+        ``sections``, ``[B, L, A]``: one index per axis).
 
         The positions are x's second-to-last axis: give ``[B, L, H, head_dim]`` as
         ``x.transpose(1, 2)``; with ``L == H`` the wrong layout passes every check.
@@ -952,6 +1003,8 @@ class RotaryEmbedding(PositionScheme):
     def _rotate(self, x: Tensor, positions: Tensor, name: str, positions_name: str) -> Tensor:
         if not isinstance(x, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if self.sections is not None and isinstance(positions, Tensor) and positions.dim() == 3:
+            return self._rotate_axes(x, positions, name, positions_name)
         check_positions(positions_name, positions)
         if x.dim() < 2 or x.shape[-1] != self.head_dim:
             raise ValueError(
@@ -974,6 +1027,25 @@ class RotaryEmbedding(PositionScheme):
         cos, sin = cos.to(x.device), sin.to(x.device)
         return apply_partial_rope(x, cos, sin, self.layout, compiled=self.compiled)
 
+    def _rotate_axes(self, x: Tensor, positions: Tensor, name: str, positions_name: str) -> Tensor:
+        """``_rotate`` for multi-axis positions ``[B or 1, L, A]``."""
+        check_integer_tensor(positions_name, positions)
+        axes = len(self.sections)
+        if x.dim() != 4 or x.shape[-1] != self.head_dim:
+            raise ValueError(
+                f"{name} must have shape [B, H, L, {self.head_dim}] for multi-axis positions, "
+                f"got {tuple(x.shape)}"
+            )
+        batch, length = x.shape[0], x.shape[-2]
+        if positions.shape[0] not in (1, batch) or tuple(positions.shape[1:]) != (length, axes):
+            raise ValueError(
+                f"{positions_name} must have shape [{batch}, {length}, {axes}] ([B, L, A]) to "
+                f"rotate {name} of shape {tuple(x.shape)}, got {tuple(positions.shape)}"
+            )
+        cos, sin = self.cos_sin_axes(positions)
+        cos, sin = cos.unsqueeze(1).to(x.device), sin.unsqueeze(1).to(x.device)
+        return apply_partial_rope(x, cos, sin, self.layout, compiled=self.compiled)
+
     def transform_qk(
         self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor
     ) -> tuple[Tensor, Tensor]:
@@ -985,6 +1057,10 @@ class RotaryEmbedding(PositionScheme):
 
     def extra_repr(self) -> str:
         layer_type = "" if self.layer_type is None else f", layer_type={self.layer_type!r}"
+        if self.sections is not None:
+            layer_type += (
+                f", sections={list(self.sections)}, section_layout={self.section_layout!r}"
+            )
         return (
             f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base}, "
             f"layout={self.layout!r}, dtype={self.table_dtype}, scaling={self.scaling!r}, "

@@ -62,7 +62,10 @@ It refuses, with an error that names the key, what transformers accepts with a w
 or resolves silently: a key no rope type takes (a close match is suggested), a value
 given twice that disagrees (``rope_theta`` in the block and at the top level), a factor
 below 1, a config with no ``rope_theta`` (transformers then uses its model class's
-default, which is not 10000 for every class) and multimodal ``mrope_section``.
+default, which is not 10000 for every class), and a multimodal ``mrope_section`` of a
+model type whose section layout pecode does not know (it reads Qwen2-VL's and
+Qwen2.5-VL's chunked sections, Qwen3-VL's and Qwen3.5's interleaved ones, Qwen2-VL's
+older ``"type": "mrope"`` as the default rope type).
 
 pecode's own kinds are stricter than transformers where a config could mean two things:
 they take the current length, the head dimension and the base as arguments, never from
@@ -96,6 +99,7 @@ from torch import Tensor
 
 from pecode._checks import check_int
 from pecode.frequencies import check_rope_base, rope_inv_freq
+from pecode.mrope import mrope_pair_axes
 
 __all__ = [
     "HF_ROPE_TYPES",
@@ -619,6 +623,23 @@ takes it only if it equals ``max_position_embeddings``). Each rope type is the
 :data:`SCALING_KINDS` entry of the same name."""
 
 _HF_ANY_BLOCK = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
+# multi-axis RoPE: the pairs per position axis, and how the model class lays them out
+# (its code decides, not mrope_interleaved: Qwen3-VL's rotary embedding never reads it)
+_HF_MROPE_KEYS = ("mrope_section", "mrope_interleaved")
+_HF_MROPE_LAYOUTS = {
+    "qwen2_vl": "chunked",
+    "qwen2_vl_text": "chunked",
+    "qwen2_5_vl": "chunked",
+    "qwen2_5_vl_text": "chunked",
+    "qwen3_vl": "interleaved",
+    "qwen3_vl_text": "interleaved",
+    "qwen3_vl_moe": "interleaved",
+    "qwen3_vl_moe_text": "interleaved",
+    "qwen3_5": "interleaved",
+    "qwen3_5_text": "interleaved",
+    "qwen3_5_moe": "interleaved",
+    "qwen3_5_moe_text": "interleaved",
+}
 # keys some blocks carry for the attention, not the frequencies: Ministral 3's and
 # Mistral Large 3's query temperature, and the length it counts in (transformers'
 # Ministral3Config lists both in ignore_keys_at_rope_validation)
@@ -803,18 +824,15 @@ def _hf_rope_type(block: dict[str, Any], where: str, model_type: Any) -> str:
         raise TypeError(f"{where}['rope_type'] must be a str, got {type(rope_type).__name__}")
     if rope_type == "su" or (rope_type == "yarn" and model_type in _HF_LONGROPE_MODELS):
         rope_type = "longrope"  # Phi-3's older names, as its configuration class reads them
-    if "mrope_section" in block:
-        raise ValueError(
-            f"{where} has mrope_section: multimodal RoPE (Qwen2-VL) rotates sections of the "
-            "head by different position axes, which pecode does not implement"
-        )
+    if rope_type == "mrope":  # Qwen2-VL's first configs; its configuration class renames it
+        rope_type = "default"
     if rope_type not in HF_ROPE_TYPES:
         raise ValueError(
             f"unknown rope_type {rope_type!r} in {where}{_did_you_mean(rope_type, HF_ROPE_TYPES)}; "
             f"the rope types of transformers 5.23: {list(HF_ROPE_TYPES)}"
         )
     required, optional = HF_ROPE_TYPES[rope_type]
-    accepted = _HF_ANY_BLOCK + _HF_ATTENTION_KEYS + required + optional
+    accepted = _HF_ANY_BLOCK + _HF_ATTENTION_KEYS + _HF_MROPE_KEYS + required + optional
     if rope_type == "dynamic" and block.get("alpha"):
         if model_type not in _HF_ALPHA_MODELS:
             raise ValueError(
@@ -902,8 +920,10 @@ def hf_rope_arguments(
     ``rope_theta``), ``scaling`` (a kind of :data:`SCALING_KINDS`, named as the rope
     type) and ``scaling_params`` (that kind's parameters, without ``seq_len``: the
     current length is the caller's, for ``dynamic`` and ``longrope``;
-    :class:`~pecode.rope.RotaryEmbedding` takes it from the positions of each call).
-    ``RotaryEmbedding.from_hf_config(config)`` builds the module from them.
+    :class:`~pecode.rope.RotaryEmbedding` takes it from the positions of each call),
+    and for a block with ``mrope_section`` (multi-axis RoPE) ``sections`` and
+    ``section_layout``. ``RotaryEmbedding.from_hf_config(config)`` builds the module
+    from them.
 
     Per layer type. A config with one block per layer type (transformers 5's
     ``rope_parameters: {"full_attention": ..., "sliding_attention": ...}``) needs
@@ -1069,13 +1089,47 @@ def hf_rope_arguments(
         {"seq_len": params["original_max_position_embeddings"]} if rope_type == "longrope" else {}
     )
     rope_frequencies(rope_type, rotary_dim, base, dtype=torch.float64, **params, **checked)
-    return {
+    arguments = {
         "head_dim": head_dim,
         "rotary_dim": rotary_dim,
         "base": base,
         "scaling": rope_type,
         "scaling_params": params,
     }
+    if block.get("mrope_section") is not None:
+        arguments.update(_hf_sections(block, where, config.get("model_type"), rotary_dim))
+    return arguments
+
+
+def _hf_sections(
+    block: Mapping[str, Any], where: str, model_type: Any, rotary_dim: int
+) -> dict[str, Any]:
+    """``sections`` and ``section_layout`` of a block with ``mrope_section``."""
+    if model_type not in _HF_MROPE_LAYOUTS:
+        raise ValueError(
+            f"{where}['mrope_section'] in a {model_type!r} config: pecode knows the section "
+            f"layouts of the model types {list(_HF_MROPE_LAYOUTS)} (Qwen2-VL and Qwen2.5-VL "
+            "chunked, Qwen3-VL and Qwen3.5 interleaved); another model's code may lay them "
+            "out otherwise"
+        )
+    layout = _HF_MROPE_LAYOUTS[model_type]
+    flag = block.get("mrope_interleaved")
+    if flag is not None and bool(flag) != (layout == "interleaved"):
+        raise ValueError(
+            f"{where}['mrope_interleaved']={flag!r}, but {model_type!r}'s rotary embedding "
+            f"lays the sections out {layout} whatever the flag says"
+        )
+    sections = block["mrope_section"]
+    try:
+        pairs = len(mrope_pair_axes(sections, layout))
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{where}['mrope_section']: {error}") from None
+    if pairs != rotary_dim // 2:
+        raise ValueError(
+            f"{where}['mrope_section'] {list(sections)} adds up to {pairs} pairs, not the "
+            f"{rotary_dim // 2} pairs of rotary_dim {rotary_dim}"
+        )
+    return {"sections": list(sections), "section_layout": layout}
 
 
 def frequencies_from_hf_config(

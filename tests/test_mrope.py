@@ -1,0 +1,194 @@
+"""Multi-axis RoPE (M-RoPE) against Hugging Face's Qwen2.5-VL, Qwen3-VL and Qwen3.5 code.
+
+The independent references are transformers' own rotary embeddings of those models
+(``Qwen2_5_VLRotaryEmbedding``, ``Qwen3VLTextRotaryEmbedding``,
+``Qwen3_5TextRotaryEmbedding``, whose ``recomposition_frequencies`` lays the sections
+out) and their apply functions, on tiny configs built by transformers' config classes:
+
+- which axis each frequency pair reads (:func:`pecode.mrope.mrope_pair_axes`), read off
+  transformers' recomposition of a tensor whose axis ``a`` holds the value ``a``;
+- ``RotaryEmbedding.from_hf_config(config)(x, position_ids)`` against the model's
+  ``rotary_emb(x, position_ids)`` for position ids ``[3, B, L]`` that differ per axis;
+- queries and keys rotated by ``rotate(x, positions [B, L, 3])`` against the model's
+  apply function;
+- text (the same index on every axis) against 1-D RoPE, and neighbours: the other
+  layout, and the axes in another order, rotate otherwise.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pecode.mrope import mrope_pair_axes
+from pecode.rope import RotaryEmbedding
+from pecode.scaling import hf_rope_arguments
+
+transformers = pytest.importorskip("transformers")
+
+from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as qwen2_5_vl  # noqa: E402
+from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen3_5  # noqa: E402
+from transformers.models.qwen3_vl import modeling_qwen3_vl as qwen3_vl  # noqa: E402
+
+# float32 angles in transformers, float64 ones rounded once in pecode, positions < 64
+TOLERANCE = 1e-5
+
+
+def _config(name: str, sections: list[int], **extra):
+    block = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": sections}
+    if name != "Qwen2_5_VLTextConfig":
+        block["mrope_interleaved"] = True
+    if "partial_rotary_factor" in extra:
+        block["partial_rotary_factor"] = extra["partial_rotary_factor"]
+    fields = {"hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1}
+    return getattr(transformers, name)(**fields, **extra, rope_parameters=block)
+
+
+# (config, rotary embedding class, apply function) of each model; sections add up to
+# the rotated pairs: 16 of a 32-wide head, or 8 where Qwen3.5 rotates half of it
+MODELS = {
+    "qwen2_5_vl": (
+        lambda: _config("Qwen2_5_VLTextConfig", [4, 6, 6]),
+        qwen2_5_vl.Qwen2_5_VLRotaryEmbedding,
+        "chunked",
+    ),
+    "qwen3_vl": (
+        lambda: _config("Qwen3VLTextConfig", [6, 5, 5], head_dim=32),
+        qwen3_vl.Qwen3VLTextRotaryEmbedding,
+        "interleaved",
+    ),
+    "qwen3_5": (
+        lambda: _config("Qwen3_5TextConfig", [3, 3, 2], head_dim=32, partial_rotary_factor=0.5),
+        qwen3_5.Qwen3_5TextRotaryEmbedding,
+        "interleaved",
+    ),
+}
+
+
+def position_ids(seed: int = 0) -> torch.Tensor:
+    """[3, B=2, L=7] time, height and width indices that differ per axis."""
+    return torch.randint(0, 64, (3, 2, 7), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_pair_axes_equal_transformers_recomposition(model):
+    make_config, rotary_class, layout = MODELS[model]
+    rotary = rotary_class(make_config())
+    pairs = len(rotary.inv_freq)
+    tagged = torch.arange(3.0)[:, None].expand(3, pairs).clone()  # axis a holds a
+    theirs = rotary.recomposition_frequencies(tagged)[:pairs].long()  # [cos | cos]: one half
+    ours = mrope_pair_axes(rotary.mrope_section, layout)
+    assert torch.equal(ours, theirs)
+    if layout == "interleaved":  # the neighbour: the same sections chunked
+        assert not torch.equal(mrope_pair_axes(rotary.mrope_section, "chunked"), theirs)
+    else:  # Qwen2.5-VL's sections cannot even be interleaved over 16 pairs
+        with pytest.raises(ValueError, match="cannot be interleaved"):
+            mrope_pair_axes(rotary.mrope_section, "interleaved")
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_rotary_call_equals_the_models_rotary_emb(model):
+    make_config, rotary_class, layout = MODELS[model]
+    config = make_config()
+    ours = RotaryEmbedding.from_hf_config(config)
+    assert ours.sections == tuple(config.rope_parameters["mrope_section"])
+    assert ours.section_layout == layout
+    x, ids = torch.zeros(1), position_ids()
+    their_cos, their_sin = rotary_class(config)(x, ids)
+    cos, sin = ours(x, ids)
+    assert cos.shape == their_cos.shape
+    assert (cos - their_cos).abs().max() < TOLERANCE
+    assert (sin - their_sin).abs().max() < TOLERANCE
+    # text: [B, L] position ids, which both expand to every axis, are 1-D RoPE
+    text = ids[0]
+    their_cos, _ = rotary_class(config)(x, text)
+    plain = RotaryEmbedding(ours.head_dim, rotary_dim=ours.rotary_dim)
+    assert (ours(x, text)[0] - their_cos).abs().max() < TOLERANCE
+    assert torch.equal(ours(x, text)[0], plain(x, text)[0])
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_rotated_queries_and_keys_equal_the_models_apply_function(model):
+    make_config, rotary_class, _ = MODELS[model]
+    config = make_config()
+    ids = position_ids(1)
+    generator = torch.Generator().manual_seed(2)
+    q = torch.randn(2, 2, 7, 32, generator=generator)  # [B, H, L, head_dim]
+    k = torch.randn(2, 1, 7, 32, generator=generator)
+    cos, sin = rotary_class(config)(q, ids)  # sectioned: [B, L, head_dim]
+    module = {"qwen2_5_vl": qwen2_5_vl, "qwen3_vl": qwen3_vl, "qwen3_5": qwen3_5}[model]
+    their_q, their_k = module.apply_rotary_pos_emb(q, k, cos, sin)
+    ours = RotaryEmbedding.from_hf_config(config)
+    positions = ids.movedim(0, -1)  # pecode's [B, L, A]
+    q_ours, k_ours = ours.transform_qk(q, k, positions, positions)
+    assert (q_ours - their_q).abs().max() < TOLERANCE
+    assert (k_ours - their_k).abs().max() < TOLERANCE
+    # neighbours: the axes in another order (height and width swapped) rotate otherwise
+    swapped = positions[..., [0, 2, 1]]
+    assert (ours.rotate(q, swapped) - their_q).abs().max() > 0.1
+
+
+def test_text_positions_on_every_axis_are_one_dimensional_rope():
+    # the same index on every axis: each pair turns by p · θ_j whichever axis it reads
+    for layout in ("chunked", "interleaved"):
+        rope = RotaryEmbedding(32, sections=[6, 5, 5], section_layout=layout)
+        plain = RotaryEmbedding(32)
+        x = torch.randn(2, 2, 7, 32, generator=torch.Generator().manual_seed(3))
+        p = torch.arange(5, 12).expand(2, 7)
+        assert torch.equal(rope.rotate(x, p[..., None].expand(2, 7, 3)), plain.rotate(x, p))
+        # the neighbour: height one step ahead of time changes the rotation
+        other = torch.stack((p, p + 1, p), dim=-1)
+        assert (rope.rotate(x, other) - plain.rotate(x, p)).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: mrope_pair_axes([16]), ValueError, "two or more positive"),
+        (lambda: mrope_pair_axes([4, 0, 4]), ValueError, "two or more positive"),
+        (lambda: mrope_pair_axes([4.0, 4]), TypeError, "list or tuple of ints"),
+        (lambda: mrope_pair_axes([4, 4], "zigzag"), ValueError, "section_layout must be one"),
+        (lambda: mrope_pair_axes([2, 10, 4], "interleaved"), ValueError, "cannot be interleaved"),
+        (lambda: RotaryEmbedding(32, sections=[4, 6, 4]), ValueError, "add up to 14 pairs"),
+        (
+            lambda: RotaryEmbedding(32).rotate(
+                torch.zeros(1, 1, 3, 32), torch.zeros(1, 3, 3).long()
+            ),
+            ValueError,
+            r"\[L\] or \[B, L\]",
+        ),
+        (
+            lambda: RotaryEmbedding(32, sections=[6, 5, 5]).rotate(
+                torch.zeros(1, 1, 3, 32), torch.zeros(1, 3, 2).long()
+            ),
+            ValueError,
+            r"\[1, 3, 3\]",
+        ),
+        (
+            lambda: RotaryEmbedding(32, sections=[6, 5, 5]).cos_sin_axes(torch.zeros(3, 2).long()),
+            ValueError,
+            "one index per axis",
+        ),
+    ],
+)
+def test_bad_sections_and_positions_raise_naming_them(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_configs_with_sections_are_read_by_model_type():
+    config = MODELS["qwen3_vl"][0]().to_dict()
+    assert hf_rope_arguments(config)["section_layout"] == "interleaved"
+    config["rope_parameters"]["mrope_interleaved"] = False  # Qwen3-VL's code interleaves anyway
+    with pytest.raises(ValueError, match="whatever the flag says"):
+        hf_rope_arguments(config)
+    llama = {"model_type": "llama", "head_dim": 32, "rope_theta": 1e4}
+    llama["rope_parameters"] = {"rope_type": "default", "mrope_section": [6, 5, 5]}
+    with pytest.raises(ValueError, match="section layouts of the model types"):
+        hf_rope_arguments(llama)
+    qwen2_vl = {"model_type": "qwen2_vl", "head_dim": 32, "rope_theta": 1e4}
+    qwen2_vl["rope_scaling"] = {"type": "mrope", "mrope_section": [4, 6, 6]}  # the first form
+    assert hf_rope_arguments(qwen2_vl)["sections"] == [4, 6, 6]
+    qwen2_vl["rope_scaling"]["mrope_section"] = [4, 6, 4]
+    with pytest.raises(ValueError, match="adds up to 14 pairs, not the 16"):
+        hf_rope_arguments(qwen2_vl)
