@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["SECTION_LAYOUTS", "mrope_pair_axes"]
+__all__ = ["SECTION_LAYOUTS", "mrope_pair_axes", "mrope_positions"]
 
 SECTION_LAYOUTS = ("chunked", "interleaved")
 
@@ -77,3 +77,67 @@ def mrope_pair_axes(sections: Sequence[int], layout: str = "chunked") -> Tensor:
             f"a, a + {axes}, ... below {axes}·sections[a])"
         )
     return axis
+
+
+def mrope_positions(
+    segments: Sequence[int | Sequence[float]], *, start: int = 0
+) -> tuple[Tensor, int]:
+    """The (time, height, width) positions of a sequence of text runs and vision grids.
+
+    Qwen2-VL's rule (Wang et al. 2024, section 2.1): a text token has its running index
+    on all three axes; a vision grid of ``t × h × w`` tokens (after the vision tower's
+    merging, in raster order: time, then rows, then columns) starts at the next index
+    ``s`` and gives token ``(i, j, k)`` the positions ``(s + ⌊i · step⌋, s + j, s + k)``,
+    ``step`` the time step between frames (1 for an image; Qwen2.5-VL spaces video
+    frames by their time in seconds times ``tokens_per_second``); whatever follows
+    starts one past the largest position so far. So a sequence of ``L`` tokens ends
+    below position ``L`` when it holds grids, and decoding continues from the returned
+    ``next`` index, not from ``L``: ``next - L`` is the ``rope_deltas`` transformers
+    keeps between calls.
+
+    Args:
+        segments: in order, an int ``n`` for ``n`` text tokens, or a grid ``(t, h, w)``
+            or ``(t, h, w, step)``.
+        start: the first index (a non-negative int).
+
+    Shapes::
+
+        returns: (positions [L, 3] int64, next: int)
+
+    Raises:
+        TypeError: a segment is neither an int nor a tuple or list of 3 or 4 numbers.
+        ValueError: a count that is not positive, a negative ``step`` or ``start``.
+    """
+    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+        raise ValueError(f"start must be a non-negative int, got {start!r}")
+    pieces, current = [], start
+    for index, segment in enumerate(segments):
+        if isinstance(segment, int) and not isinstance(segment, bool):
+            if segment < 1:
+                raise ValueError(f"segments[{index}]: a text run of {segment} tokens")
+            pieces.append((torch.arange(segment) + current)[:, None].expand(segment, 3))
+        elif isinstance(segment, list | tuple) and len(segment) in (3, 4):
+            t, h, w = segment[:3]
+            step = segment[3] if len(segment) == 4 else 1
+            if not all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in (t, h, w)
+            ):
+                raise ValueError(
+                    f"segments[{index}]: grid sizes must be positive ints, got {segment!r}"
+                )
+            if not isinstance(step, int | float) or isinstance(step, bool) or step < 0:
+                raise ValueError(
+                    f"segments[{index}]: step must be a non-negative number, got {step!r}"
+                )
+            times = (torch.arange(t, dtype=torch.float64) * step).long()
+            grid = torch.meshgrid(times, torch.arange(h), torch.arange(w), indexing="ij")
+            pieces.append(torch.stack(grid, dim=-1).reshape(-1, 3) + current)
+        else:
+            raise TypeError(
+                f"segments[{index}] must be an int (text tokens) or a (t, h, w[, step]) grid, "
+                f"got {segment!r}"
+            )
+        current = int(pieces[-1].max()) + 1
+    if not pieces:
+        return torch.zeros(0, 3, dtype=torch.int64), start
+    return torch.cat(pieces), current

@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pecode.mrope import mrope_pair_axes
+from pecode.mrope import mrope_pair_axes, mrope_positions
 from pecode.rope import RotaryEmbedding
 from pecode.scaling import hf_rope_arguments
 
@@ -192,3 +192,70 @@ def test_configs_with_sections_are_read_by_model_type():
     qwen2_vl["rope_scaling"]["mrope_section"] = [4, 6, 4]
     with pytest.raises(ValueError, match="adds up to 14 pairs, not the 16"):
         hf_rope_arguments(qwen2_vl)
+
+
+def _their_rope_index(segments: list, merge: int = 1) -> tuple[torch.Tensor, int]:
+    """transformers' ``Qwen2_5_VLModel.get_rope_index`` for one row of images and text."""
+    import functools
+    import types
+
+    model = qwen2_5_vl.Qwen2_5_VLModel
+    vision = types.SimpleNamespace(spatial_merge_size=merge, tokens_per_second=2)
+    fake = types.SimpleNamespace(config=types.SimpleNamespace(vision_config=vision))
+    fake.get_vision_position_ids = functools.partial(model.get_vision_position_ids, fake)
+    kinds, grids = [], []
+    for segment in segments:
+        if isinstance(segment, int):
+            kinds += [0] * segment
+        else:  # the grid before the merge, as the processor reports it
+            grids.append([segment[0], segment[1] * merge, segment[2] * merge])
+            kinds += [1] * (segment[0] * segment[1] * segment[2])
+    ids = torch.zeros(1, len(kinds), dtype=torch.long)
+    positions, deltas = model.get_rope_index(
+        fake, ids, torch.tensor([kinds]), image_grid_thw=torch.tensor(grids)
+    )
+    return positions[:, 0].T, int(deltas)
+
+
+@pytest.mark.parametrize(
+    ("segments", "merge"),
+    [
+        ([2, (1, 2, 3), 3], 1),
+        ([(1, 3, 2), 4, (1, 2, 2), 1], 2),  # an image first, two images, merged 2×2
+        ([5, (1, 4, 1), 1, (1, 1, 4), 2], 1),  # a tall image and a wide one
+    ],
+)
+def test_positions_of_text_and_images_equal_transformers_rope_index(segments, merge):
+    theirs, their_delta = _their_rope_index(segments, merge)
+    ours, after = mrope_positions(segments)
+    assert torch.equal(ours, theirs)
+    assert after - len(ours) == their_delta  # rope_deltas: where decoding continues
+
+
+def test_text_after_a_video_continues_past_its_last_frame():
+    # Qwen2-VL's rule: what follows a grid starts one past its largest position. Frames
+    # spaced 2 apart reach time 2 + 3·2 = 8 while height and width stop at 3, so the
+    # text after the video starts at 9 and decoding continues where the prompt ended.
+    # (transformers 5.23 starts that text at 2 + max(h, w) = 4, below the video's later
+    # frames, while its rope_deltas continues decoding from 9.)
+    positions, after = mrope_positions([2, (4, 2, 2, 2), 3])
+    video, text = positions[2:18], positions[18:]
+    assert video[:, 0].unique().tolist() == [2, 4, 6, 8]
+    assert text[:, 0].tolist() == [9, 10, 11]
+    assert (text[:, None, :] > video[None, :, :]).all()  # past every axis of every frame
+    assert after == int(positions.max()) + 1 == 12
+
+
+@pytest.mark.parametrize(
+    ("segments", "error", "match"),
+    [
+        ([0], ValueError, "text run of 0"),
+        ([(1, 0, 2)], ValueError, "grid sizes must be positive"),
+        ([(1, 2, 2, -1)], ValueError, "step must be a non-negative"),
+        (["text"], TypeError, "must be an int"),
+        ([(1, 2)], TypeError, "must be an int"),
+    ],
+)
+def test_bad_segments_raise_naming_them(segments, error, match):
+    with pytest.raises(error, match=match):
+        mrope_positions(segments)
