@@ -39,7 +39,7 @@ __all__ = [
     "softmax_rows",
 ]
 
-MODULES = ("alibi", "attention", "euler", "relative", "rope", "scaling", "sinusoidal")
+MODULES = ("alibi", "attention", "euler", "mrope", "relative", "rope", "scaling", "sinusoidal")
 """The submodules that state proofs, one per chapter or family."""
 
 
