@@ -41,6 +41,7 @@ from torch import Tensor, nn
 from pecode._checks import check_int
 from pecode.alibi import ALiBi
 from pecode.attention import ContentOnly, KVCache, MultiHeadAttention, PositionScheme
+from pecode.mla import MultiHeadLatentAttention
 from pecode.relative import T5RelativePositionBias
 from pecode.rope import RotaryEmbedding, RotaryEmbeddingPerLayerType
 from pecode.scaling import hf_query_temperature
@@ -49,6 +50,7 @@ __all__ = [
     "SWAP_TABLE_ROWS",
     "HFLlamaAttention",
     "attention_from_bloom",
+    "attention_from_deepseek",
     "attention_from_gpt_neox",
     "attention_from_gptj",
     "attention_from_hf",
@@ -380,6 +382,74 @@ def attention_from_hf(
 
 attention_from_llama = attention_from_hf
 """The name of :func:`attention_from_hf` in pecode 0.1.0, when it read Llama and Mistral only."""
+
+
+def attention_from_deepseek(hf_attention: nn.Module) -> MultiHeadLatentAttention:
+    """pecode's multi-head latent attention with the weights of a ``DeepseekV3Attention``.
+
+    DeepSeek-V2/V3's MLA (:mod:`pecode.mla`): the query through ``q_proj`` or
+    ``q_a_proj → q_a_layernorm → q_b_proj``, the latent and shared rotary key from
+    ``kv_a_proj_with_mqa`` and ``kv_a_layernorm``, every head's key content and value
+    from ``kv_b_proj``; RoPE on the ``qk_rope_head_dim`` features from the config (YaRN
+    with its attention factor on cos and sin), in adjacent pairs when the config's
+    ``rope_interleave`` is true (transformers then writes the rotated pairs out in half
+    order, which changes no dot product) and in halves otherwise; the softmax scale is
+    the module's ``scaling`` (``qk_head_dim ** -0.5`` times YaRN's ``mscale²``). Call
+    the result with the model's positions; it attends causally.
+
+    Raises:
+        TypeError: ``hf_attention`` lacks those projections or a config.
+        ValueError: the config's ``model_type`` is not ``deepseek_v3`` or
+            ``deepseek_v2``, or its RoPE block is refused by
+            :func:`pecode.scaling.hf_rope_arguments`.
+    """
+    what = "a DeepseekV3Attention"
+    config = _config_dict(hf_attention)
+    if config.get("model_type") not in ("deepseek_v2", "deepseek_v3"):
+        raise ValueError(
+            f"hf_attention belongs to a model of type {config.get('model_type')!r}; "
+            "attention_from_deepseek reads DeepSeek-V2/V3's multi-head latent attention"
+        )
+    kv_down, kv_up = (
+        _linear(hf_attention, "kv_a_proj_with_mqa", what),
+        _linear(hf_attention, "kv_b_proj", what),
+    )
+    q_rank = config.get("q_lora_rank")
+    layout = "interleaved" if config.get("rope_interleave", True) else "half"
+    rope = RotaryEmbedding.from_hf_config(config, dtype=_table_dtype(kv_down.weight), layout=layout)
+    layer = MultiHeadLatentAttention(
+        kv_down.in_features,
+        check_int("num_attention_heads", config.get("num_attention_heads")),
+        kv_rank=check_int("kv_lora_rank", config.get("kv_lora_rank")),
+        rope_dim=check_int("qk_rope_head_dim", config.get("qk_rope_head_dim")),
+        nope_dim=check_int("qk_nope_head_dim", config.get("qk_nope_head_dim")),
+        v_dim=check_int("v_head_dim", config.get("v_head_dim")),
+        q_rank=q_rank,
+        rope=rope,
+        logit_scale=float(hf_attention.scaling),
+        bias=kv_down.bias is not None,
+        eps=float(hf_attention.kv_a_layernorm.variance_epsilon),
+    )
+    layer = _on_weights_of(layer, kv_down.weight)
+    pairs = [
+        ("kv_down", kv_down),
+        ("kv_up", kv_up),
+        ("out_proj", _linear(hf_attention, "o_proj", what)),
+    ]
+    if q_rank is None:
+        pairs.append(("q_proj", _linear(hf_attention, "q_proj", what)))
+    else:
+        pairs += [
+            ("q_down", _linear(hf_attention, "q_a_proj", what)),
+            ("q_up", _linear(hf_attention, "q_b_proj", what)),
+        ]
+    for ours, theirs in pairs:
+        _copy_linear(getattr(layer, ours), theirs.weight, theirs.bias)
+    with torch.no_grad():
+        layer.kv_norm.weight.copy_(hf_attention.kv_a_layernorm.weight)
+        if q_rank is not None:
+            layer.q_norm.weight.copy_(hf_attention.q_a_layernorm.weight)
+    return layer
 
 
 def attention_from_gpt_neox(hf_attention: nn.Module) -> MultiHeadAttention:

@@ -22,6 +22,7 @@ from pecode.alibi import ALiBi
 from pecode.attention import ContentOnly, MultiHeadAttention
 from pecode.experiments.models import FrequencyRotary, TinyDecoder
 from pecode.hf import HFLlamaAttention
+from pecode.mla import MultiHeadLatentAttention
 from pecode.relative import (
     DebertaRelativePosition,
     ShawRelativePosition,
@@ -84,6 +85,15 @@ def _cases() -> list[tuple[nn.Module, dict[str, object]]]:
         "output_size": 5,
     }
     hf_layer = MultiHeadAttention(16, 2, position=RotaryEmbedding(8))
+    mla_settings = {
+        "num_heads": 2,
+        "kv_rank": 5,
+        "rope_dim": 4,
+        "nope_dim": 6,
+        "v_dim": 3,
+        "q_rank": 7,
+        "logit_scale": 0.5,
+    }
     return [
         (
             SinusoidalPositionalEncoding(8, base=500.0, max_len=16, input_scale=2.0),
@@ -115,6 +125,7 @@ def _cases() -> list[tuple[nn.Module, dict[str, object]]]:
             {"model_dim": 16, "num_heads": 2, "head_dim": 8, **deberta_settings},
         ),
         (HFLlamaAttention(hf_layer, 3), {"layer_idx": 3}),
+        (MultiHeadLatentAttention(16, **mla_settings), {"embed_dim": 16, **mla_settings}),
         (TinyDecoder("alibi", **decoder_settings), {"scheme": "alibi", **decoder_settings}),
         (FrequencyRotary(torch.ones(6), 1.5), {"head_dim": 12, "attention_factor": 1.5}),
     ]

@@ -7,5 +7,6 @@ per family; the names below are re-exported for convenience.
 """
 
 from pecode.reference.attention import attention_layer_loop, multi_head_attention_loop
+from pecode.reference.mla import latent_attention_loop
 
-__all__ = ["attention_layer_loop", "multi_head_attention_loop"]
+__all__ = ["attention_layer_loop", "latent_attention_loop", "multi_head_attention_loop"]
