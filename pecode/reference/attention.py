@@ -9,7 +9,14 @@ from torch import Tensor
 
 from pecode.attention import MultiHeadAttention
 
-__all__ = ["attention_layer_loop", "multi_head_attention_loop"]
+__all__ = ["attention_layer_loop", "linear_loop", "multi_head_attention_loop"]
+
+
+def linear_loop(linear: torch.nn.Linear, vector: list[float]) -> list[float]:
+    """``W x + b`` of an ``nn.Linear`` for one vector, in float64, one sum per output."""
+    w = linear.weight.detach().double().tolist()
+    b = linear.bias.detach().double().tolist() if linear.bias is not None else [0.0] * len(w)
+    return [sum(w[o][i] * vector[i] for i in range(len(vector))) + b[o] for o in range(len(w))]
 
 
 def multi_head_attention_loop(
@@ -147,11 +154,6 @@ def attention_layer_loop(
     else:
         scale = 1 / math.sqrt(head_dim)
 
-    def project(linear: torch.nn.Linear, vector: list[float]) -> list[float]:
-        w = linear.weight.detach().double().tolist()
-        b = linear.bias.detach().double().tolist() if linear.bias is not None else [0.0] * len(w)
-        return [sum(w[o][i] * vector[i] for i in range(len(vector))) + b[o] for o in range(len(w))]
-
     def rms_norm(vector: list[float], norm: torch.nn.RMSNorm) -> list[float]:
         width = head_dim if module.qk_norm == "l2" else norm.normalized_shape[0]
         gain = [1.0] * width if norm.weight is None else norm.weight.detach().double().tolist()
@@ -176,7 +178,7 @@ def attention_layer_loop(
     def prepare(
         linear: torch.nn.Linear, norm_name: str, vector: list[float], p: int
     ) -> list[float]:
-        out = project(linear, vector)
+        out = linear_loop(linear, vector)
         if module.qk_norm is not None:
             out = rms_norm(out, getattr(module, norm_name))
         return rotate(out, p) if rope else out
@@ -188,7 +190,7 @@ def attention_layer_loop(
     for n in range(batch):
         qs = [prepare(module.q_proj, "q_norm", xs[n][t], positions[t]) for t in range(length)]
         ks = [prepare(module.k_proj, "k_norm", xs[n][t], positions[t]) for t in range(length)]
-        vs = [project(module.v_proj, xs[n][t]) for t in range(length)]
+        vs = [linear_loop(module.v_proj, xs[n][t]) for t in range(length)]
         for i in range(length):
             p = positions[i]
             factor = 1.0
@@ -222,5 +224,5 @@ def attention_layer_loop(
                     for c in range(head_dim):
                         head_out[c] += e / total * vs[j][kv_lo + c]
                 concat += head_out
-            out[n, i] = torch.tensor(project(module.out_proj, concat), dtype=torch.float64)
+            out[n, i] = torch.tensor(linear_loop(module.out_proj, concat), dtype=torch.float64)
     return out

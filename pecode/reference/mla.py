@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from pecode.mla import MultiHeadLatentAttention
+from pecode.reference.attention import linear_loop
 
 __all__ = ["latent_attention_loop"]
 
@@ -36,11 +37,6 @@ def latent_attention_loop(module: MultiHeadLatentAttention, x: Tensor) -> Tensor
         raise ValueError("latent_attention_loop takes an unscaled interleaved RotaryEmbedding")
     heads, nope, rdim, vdim = module.num_heads, module.nope_dim, module.rope_dim, module.v_dim
 
-    def project(linear: torch.nn.Linear, vector: list[float]) -> list[float]:
-        w = linear.weight.detach().double().tolist()
-        b = linear.bias.detach().double().tolist() if linear.bias is not None else [0.0] * len(w)
-        return [sum(w[o][i] * vector[i] for i in range(len(vector))) + b[o] for o in range(len(w))]
-
     def rms_norm(vector: list[float], norm: torch.nn.RMSNorm) -> list[float]:
         rms = math.sqrt(sum(value * value for value in vector) / len(vector) + norm.eps)
         return [
@@ -63,16 +59,16 @@ def latent_attention_loop(module: MultiHeadLatentAttention, x: Tensor) -> Tensor
         queries, latents, rope_keys = [], [], []
         for t in range(length):
             if module.q_rank is None:
-                query = project(module.q_proj, xs[n][t])
+                query = linear_loop(module.q_proj, xs[n][t])
             else:
-                query = project(
-                    module.q_up, rms_norm(project(module.q_down, xs[n][t]), module.q_norm)
+                query = linear_loop(
+                    module.q_up, rms_norm(linear_loop(module.q_down, xs[n][t]), module.q_norm)
                 )
             queries.append(query)
-            down = project(module.kv_down, xs[n][t])
+            down = linear_loop(module.kv_down, xs[n][t])
             latents.append(rms_norm(down[: module.kv_rank], module.kv_norm))
             rope_keys.append(rotate(down[module.kv_rank :], t))
-        ups = [project(module.kv_up, c) for c in latents]
+        ups = [linear_loop(module.kv_up, c) for c in latents]
         for t in range(length):
             concat = []
             for h in range(heads):
@@ -94,5 +90,5 @@ def latent_attention_loop(module: MultiHeadLatentAttention, x: Tensor) -> Tensor
                     for c in range(vdim):
                         head_out[c] += weight / total * value[c]
                 concat += head_out
-            out[n, t] = torch.tensor(project(module.out_proj, concat), dtype=torch.float64)
+            out[n, t] = torch.tensor(linear_loop(module.out_proj, concat), dtype=torch.float64)
     return out
