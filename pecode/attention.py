@@ -412,9 +412,10 @@ class MultiHeadAttention(nn.Module):
             learned gain (``q_norm``, ``k_norm``): ``"head"`` over each head's ``Dh``
             features (Qwen3, Gemma 3; Dehghani et al. 2023's QK-norm),
             ``"projection"`` over the whole projection (OLMo 2), ``"l2"`` over each
-            head without a gain (Llama 4's ``L2Norm``, which it applies after RoPE: the
-            same thing, since a rotation keeps the norm). ``qk_norm_eps`` is the
-            RMSNorm epsilon (default 1e-6).
+            head without a gain and *after* the scheme (Llama 4's ``L2Norm``: an RMS
+            norm despite its name; after RoPE, it also removes the attention factor a
+            scaled RoPE puts on cos and sin). ``qk_norm_eps`` is the RMSNorm epsilon
+            (default 1e-6).
         logit_scale: the factor on ``q·k`` in place of the scheme's (Gemma's
             ``query_pre_attn_scalar ** -0.5``, Granite's ``attention_multiplier``).
         softcap: logits become ``softcap · tanh(logits / softcap)`` before the mask
@@ -720,14 +721,18 @@ class MultiHeadAttention(nn.Module):
             _check_mask(attn_mask, (batch, self.num_heads, length, k_len))
             attn_mask = attn_mask[(None,) * (4 - attn_mask.dim())]  # SDPA wants >= 2 axes
         q = self._split_heads(self._normed(self.q_proj(x), "q"))
+        after = self.qk_norm == "l2"  # Llama 4 normalises the rotated q and k
         if reuse:
             k, v, k_positions = cache.keys, cache.values, cache.positions
             q, _ = self.position.transform_qk(q, k, positions, k_positions)
+            q = self.q_norm(q) if after else q
         else:
             source = context if cross else x
             k = self._split_heads(self._normed(self.k_proj(source), "k"), self.num_kv_heads)
             v = self._split_heads(self.v_proj(source), self.num_kv_heads)
             q, k = self.position.transform_qk(q, k, positions, k_positions)
+            if after:
+                q, k = self.q_norm(q), self.k_norm(k)
             if cache is not None and cross:
                 k, v, k_positions = cache.store_context(k, v, k_positions, context)
             elif cache is not None:
@@ -753,8 +758,9 @@ class MultiHeadAttention(nn.Module):
         return log_length_query_scale(positions, **options).unsqueeze(-1).unsqueeze(-3)
 
     def _normed(self, t: Tensor, which: str) -> Tensor:
-        """``t`` ([B, L, heads·Dh]) RMS-normalised as ``qk_norm`` says (unchanged if None)."""
-        if self.qk_norm is None:
+        """``t`` ([B, L, heads·Dh]) RMS-normalised before the scheme as ``qk_norm`` says
+        (unchanged if None, or for ``"l2"``, which comes after the scheme)."""
+        if self.qk_norm in (None, "l2"):
             return t
         norm = self.q_norm if which == "q" else self.k_norm
         if self.qk_norm == "projection":

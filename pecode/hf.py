@@ -201,7 +201,8 @@ def _family(hf_attention: nn.Module, config: Mapping[str, Any]) -> _Family:
             f"hf_attention belongs to a model of type {model_type!r}; attention_from_hf "
             f"rebuilds the attention of {', '.join(map(repr, _FAMILIES))} (others with the same "
             "projections rotate or normalise differently: Cohere's LayerNorm of q and k, "
-            "DeepSeek's MLA)"
+            "DeepSeek's MLA, attention_from_deepseek); for a multimodal model, swap its "
+            "language model: swap_attention(model.language_model)"
         )
     family = _FAMILIES[model_type]
     gains = family.qk_norm in ("head", "projection")  # a q_norm and k_norm with a gain
@@ -342,14 +343,15 @@ def attention_from_hf(
             "gives q, k and v a bias or none"
         )
     layer_type = _layer_type(hf_attention, config) if layer_type is None else layer_type
-    if position is None and _uses_rope(family, config, hf_attention):
+    rope_layer = _uses_rope(family, config, hf_attention)
+    if position is None and rope_layer:
         position = RotaryEmbedding.from_hf_config(
             config, layer_type=layer_type, dtype=_table_dtype(q_weight), layout=family.layout
         )
     scaling = getattr(hf_attention, "scaling", None)
     softcap = config.get(family.softcap_key) if family.softcap_key else None
     temperature = hf_query_temperature(config) if family.temperature else None
-    if temperature is not None and temperature["layers"] == "nope" and position is not None:
+    if temperature is not None and temperature["layers"] == "nope" and rope_layer:
         temperature = None  # Llama 4's: its NoPE layers only
     layer = MultiHeadAttention(
         hidden,
@@ -399,17 +401,26 @@ def attention_from_deepseek(hf_attention: nn.Module) -> MultiHeadLatentAttention
 
     Raises:
         TypeError: ``hf_attention`` lacks those projections or a config.
-        ValueError: the config's ``model_type`` is not ``deepseek_v3`` or
-            ``deepseek_v2``, or its RoPE block is refused by
+        ValueError: the config's ``model_type`` is not ``deepseek_v3``, it has attention
+            dropout, or its RoPE block is refused by
             :func:`pecode.scaling.hf_rope_arguments`.
     """
     what = "a DeepseekV3Attention"
     config = _config_dict(hf_attention)
-    if config.get("model_type") not in ("deepseek_v2", "deepseek_v3"):
+    if config.get("model_type") != "deepseek_v3":
         raise ValueError(
             f"hf_attention belongs to a model of type {config.get('model_type')!r}; "
-            "attention_from_deepseek reads DeepSeek-V2/V3's multi-head latent attention"
+            "attention_from_deepseek reads DeepSeek-V3's multi-head latent attention"
         )
+    if _dropout(config.get("attention_dropout")):
+        raise ValueError(
+            f"attention_dropout={config['attention_dropout']}: MultiHeadLatentAttention has "
+            "no attention dropout (DeepSeek-V3 trains without it)"
+        )
+    norms = [hf_attention.kv_a_layernorm, getattr(hf_attention, "q_a_layernorm", None)]
+    eps = {float(norm.variance_epsilon) for norm in norms if norm is not None}
+    if len(eps) > 1:
+        raise ValueError(f"q_a_layernorm and kv_a_layernorm have different epsilons {eps}")
     kv_down, kv_up = (
         _linear(hf_attention, "kv_a_proj_with_mqa", what),
         _linear(hf_attention, "kv_b_proj", what),
@@ -428,7 +439,7 @@ def attention_from_deepseek(hf_attention: nn.Module) -> MultiHeadLatentAttention
         rope=rope,
         logit_scale=float(hf_attention.scaling),
         bias=kv_down.bias is not None,
-        eps=float(hf_attention.kv_a_layernorm.variance_epsilon),
+        eps=eps.pop(),
     )
     layer = _on_weights_of(layer, kv_down.weight)
     pairs = [

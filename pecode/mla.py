@@ -86,8 +86,12 @@ class MultiHeadLatentAttention(nn.Module):
             (default: base 10000, ``layout="interleaved"`` as DeepSeek's weights are).
         logit_scale: the factor on ``q·k`` (default ``(nope_dim + rope_dim) ** -0.5``;
             DeepSeek-V3 multiplies it by YaRN's ``mscale²``).
-        bias: a bias on ``q_proj``/``q_down``, ``kv_down`` and ``out_proj``.
+        bias: a bias on ``q_down``, ``kv_down`` and ``out_proj`` (DeepSeek's
+            ``attention_bias``; ``q_proj``, ``q_up`` and ``kv_up`` have none).
         eps: the RMSNorms' epsilon.
+
+    No attention dropout (DeepSeek-V2/V3 train without it). Positions default to the
+    cache's length onwards for every row; a left-padded batch passes its own.
 
     Raises:
         TypeError, ValueError: a size that is not a positive int, ``rope_dim`` odd, a
@@ -139,7 +143,7 @@ class MultiHeadLatentAttention(nn.Module):
         )
         eps = check_real("eps", eps, above=0.0)
         if q_rank is None:
-            self.q_proj = nn.Linear(embed_dim, num_heads * qk_dim, bias=bias)
+            self.q_proj = nn.Linear(embed_dim, num_heads * qk_dim, bias=False)
         else:
             self.q_down = nn.Linear(embed_dim, q_rank, bias=bias)
             self.q_norm = nn.RMSNorm(q_rank, eps=eps)

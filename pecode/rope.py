@@ -610,8 +610,11 @@ class RotaryEmbedding(PositionScheme):
             attribute ``compiled`` can be changed later.
         sections: multi-axis RoPE (M-RoPE, Qwen2-VL's ``mrope_section``): how many of
             the ``rotary_dim / 2`` pairs each position axis turns (time, height,
-            width); positions then come as ``[B, L, A]``, and ``[L]`` or ``[B, L]``
-            mean the same index on every axis (text), which is 1-D RoPE.
+            width); positions then come as ``[B, L, A]`` to :meth:`rotate` and
+            :meth:`transform_qk` (``[A, B, L]`` to :meth:`forward`, as transformers
+            passes them), and ``[L]`` or ``[B, L]`` mean the same index on every axis
+            (text), which is 1-D RoPE. :class:`~pecode.attention.MultiHeadAttention`
+            takes text positions only, and refuses ``[B, L, A]``.
         section_layout: ``"chunked"`` (Qwen2/2.5-VL) or ``"interleaved"``
             (Qwen3-VL, ``mrope_interleaved``): see :mod:`pecode.mrope`.
 
@@ -674,6 +677,8 @@ class RotaryEmbedding(PositionScheme):
         self.sections = None if sections is None else tuple(sections)
         self.section_layout = section_layout
         pair_axes = None
+        if sections is None and section_layout != "chunked":
+            raise ValueError(f"section_layout={section_layout!r} needs sections")
         if sections is not None:
             pair_axes = mrope_pair_axes(sections, section_layout)
             if len(pair_axes) != rotary_dim // 2:

@@ -644,6 +644,8 @@ _HF_MROPE_LAYOUTS = {
 # Mistral Large 3's query temperature, and the length it counts in (transformers'
 # Ministral3Config lists both in ignore_keys_at_rope_validation)
 _HF_ATTENTION_KEYS = ("llama_4_scaling_beta", "max_position_embeddings")
+# model types whose rotary embedding ignores partial_rotary_factor (the whole head turns)
+_HF_FULL_ROTARY_MODELS = ("llama4", "llama4_text")
 _HF_LONGROPE_MODELS = ("phi3", "phi4_multimodal")  # whose config classes read "yarn" as longrope
 # HunYuan's rotary embedding reads a "dynamic" block with a nonzero alpha as NTK-aware
 # scaling with factor alpha, fixed (its "ntk_alpha"); other model classes ignore alpha
@@ -999,6 +1001,11 @@ def hf_rope_arguments(
         ("rotary_pct", config.get("rotary_pct")),
     )
     fraction = 1.0 if fraction is None else _number("partial_rotary_factor", fraction)
+    if fraction != 1.0 and config.get("model_type") in _HF_FULL_ROTARY_MODELS:
+        raise ValueError(
+            f"partial_rotary_factor={fraction} in a {config['model_type']!r} config: that "
+            "model's rotary embedding ignores it and rotates the whole head (remove the key)"
+        )
     if not 0.0 < fraction <= 1.0:
         raise ValueError(f"partial_rotary_factor must be in (0, 1], got {fraction}")
 

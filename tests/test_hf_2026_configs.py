@@ -325,3 +325,18 @@ def test_llama4_nope_layers_temperature_against_a_loop():
         log_length_query_scale(torch.tensor([-1]), 0.1, 8192)
     with pytest.raises(TypeError, match="positions must be an integer"):
         log_length_query_scale(torch.tensor([1.0]), 0.1, 8192)
+
+
+def test_llama4_config_with_a_partial_rotary_factor_is_refused():
+    # Llama4TextRotaryEmbedding turns the whole head whatever partial_rotary_factor says;
+    # read as other models read it, half the head would turn (logits 0.4 off)
+    config = {
+        "model_type": "llama4_text",
+        "head_dim": 8,
+        "rope_theta": 500000.0,
+        "partial_rotary_factor": 0.5,
+    }
+    with pytest.raises(ValueError, match="ignores it and rotates the whole head"):
+        hf_rope_arguments(config)
+    del config["partial_rotary_factor"]
+    assert hf_rope_arguments(config)["rotary_dim"] == 8

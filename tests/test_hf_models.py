@@ -905,7 +905,10 @@ def test_llama4_swap_reads_its_norm_and_temperature_and_survives_a_deepcopy():
     for neighbour in (
         lambda: setattr(rope_layer, "qk_norm", None),
         lambda: setattr(nope_layer, "query_temperature", None),
-        lambda: setattr(rope_layer, "position", RotaryEmbedding(8, base=500000.0)),  # half
+        # the half layout, the rest of the config as it is
+        lambda: setattr(
+            rope_layer, "position", RotaryEmbedding.from_hf_config(model.config, layout="half")
+        ),
     ):
         saved = rope_layer.qk_norm, nope_layer.query_temperature, rope_layer.position
         neighbour()
@@ -915,6 +918,22 @@ def test_llama4_swap_reads_its_norm_and_temperature_and_survives_a_deepcopy():
         assert moved > 100 * LOGITS_TOLERANCE
     back = unswap_attention(swapped)
     assert all(not block._forward_pre_hooks for block in back.model.layers)
+
+
+def test_llama4_normalises_queries_and_keys_after_a_scaled_rope():
+    # YaRN puts its attention factor (here 1.14) on cos and sin; Llama 4's L2 norm comes
+    # after RoPE and removes it. Normalised before RoPE, q and k kept it: logits 4 off.
+    name, model_name, extra = FAMILIES["llama4_text"]
+    yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}
+    FAMILIES["llama4_yarn"] = (name, model_name, {**extra, "rope_parameters": yarn})
+    try:
+        model = family_model("llama4_yarn")
+    finally:
+        del FAMILIES["llama4_yarn"]
+    assert model.model.rotary_emb.attention_scaling > 1.1
+    swapped = swap_attention(copy.deepcopy(model))
+    ids, mask, _ = prompts()
+    generate_both(model, swapped, ids, mask, 5)
 
 
 def test_swapped_model_compiles_on_its_first_call():

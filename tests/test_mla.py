@@ -3,8 +3,9 @@
 :func:`pecode.reference.mla.latent_attention_loop` spells DeepSeek-V2's equations out one
 scalar at a time; ``DeepseekV3Attention`` (transformers 5.23) is the model's own code,
 run on a tiny random config with its weights copied into pecode's module by
-:func:`pecode.hf.attention_from_deepseek`. Neighbours: RoPE on the whole head instead
-of the decoupled part, and the shared rotary key left unrotated, must differ.
+:func:`pecode.hf.attention_from_deepseek`, with YaRN's attention factor on the tables,
+left padding and biases. Neighbours: a RoPE that barely turns, and the other pair layout
+for the rotary part, must differ.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def test_cached_decoding_equals_one_pass_and_caches_the_latent_only():
 
 def test_positions_enter_through_the_rope_part_only():
     # shifting every position by the same amount changes nothing (relative), while the
-    # neighbours do: no RoPE at all, and the rotary key left unrotated
+    # neighbour, a RoPE that barely turns, does
     module, x = layer(), x_of()
     with torch.no_grad():
         ours = module(x)
@@ -100,7 +101,7 @@ def test_bad_calls_raise_naming_the_argument():
 transformers = pytest.importorskip("transformers")
 
 
-def deepseek_attention(q_rank: int | None, interleave: bool):
+def deepseek_attention(q_rank: int | None, interleave: bool, bias: bool, mscale_all_dim: float):
     from transformers.models.deepseek_v3 import modeling_deepseek_v3 as deepseek
 
     config = transformers.DeepseekV3Config(
@@ -115,6 +116,7 @@ def deepseek_attention(q_rank: int | None, interleave: bool):
         v_head_dim=5,
         max_position_embeddings=64,
         rope_interleave=interleave,
+        attention_bias=bias,
         rope_parameters={  # DeepSeek-V3's block, shrunk: YaRN ×4 with mscale on the softmax
             "rope_type": "yarn",
             "rope_theta": 10000.0,
@@ -123,7 +125,7 @@ def deepseek_attention(q_rank: int | None, interleave: bool):
             "beta_fast": 32,
             "beta_slow": 1,
             "mscale": 1.0,
-            "mscale_all_dim": 1.0,
+            "mscale_all_dim": mscale_all_dim,  # 1: no factor on the tables, else one
         },
         attn_implementation="eager",
     )
@@ -138,23 +140,36 @@ def deepseek_attention(q_rank: int | None, interleave: bool):
     return attention, deepseek.DeepseekV3RotaryEmbedding(config)
 
 
-@pytest.mark.parametrize("q_rank", [6, None], ids=["low-rank query", "one q_proj"])
-@pytest.mark.parametrize("interleave", [True, False], ids=["rope_interleave", "half layout"])
-def test_mla_equals_deepseek_v3_attention(q_rank, interleave):
+@pytest.mark.parametrize(
+    ("q_rank", "interleave", "bias", "mscale_all_dim"),
+    [
+        (6, True, False, 1.0),
+        (None, True, True, 0.8),
+        (6, False, True, 0.8),
+        (None, False, False, 1.0),
+    ],
+    ids=["V3's form", "one q_proj, biases, table factor", "half layout", "half layout, plain"],
+)
+def test_mla_equals_deepseek_v3_attention(q_rank, interleave, bias, mscale_all_dim):
     from pecode.hf import attention_from_deepseek
 
-    theirs, rotary = deepseek_attention(q_rank, interleave)
+    theirs, rotary = deepseek_attention(q_rank, interleave, bias, mscale_all_dim)
     ours = attention_from_deepseek(theirs)
     assert ours.scale == theirs.scaling != (6 + 4) ** -0.5  # YaRN's mscale² on the softmax
+    assert (rotary.attention_scaling == 1.0) == (mscale_all_dim == 1.0)
     x = torch.randn(2, 40, 16, generator=torch.Generator().manual_seed(4))  # past 16 positions
-    positions = torch.arange(40)[None].expand(2, 40)
-    mask = torch.full((40, 40), torch.finfo(torch.float32).min).triu(1)[None, None]
+    real = torch.ones(2, 40, dtype=torch.bool)
+    real[0, :3] = False  # row 0 padded on the left
+    positions = (real.long().cumsum(-1) - 1).clamp(min=0)
+    visible = real[:, None, None, :] & torch.ones(40, 40, dtype=torch.bool).tril()
+    lowest = torch.finfo(torch.float32).min
+    mask = torch.zeros(2, 1, 40, 40).masked_fill(~visible, lowest)
     with torch.no_grad():
-        expected, _ = theirs(x, rotary(x, positions), mask.expand(2, 1, 40, 40))
-        got = ours(x, positions)
-        assert (got - expected).abs().max() < 1e-5
+        expected, _ = theirs(x, rotary(x, positions), mask)
+        got = ours(x, positions, attn_mask=visible)
+        assert (got - expected)[real].abs().max() < 1e-5
         assert expected.abs().max() > 0.5
         # the neighbour: the other pair layout for the rotary part
         other = copy.deepcopy(ours)
         other.rope.layout = "half" if interleave else "interleaved"
-        assert (other(x, positions) - expected).abs().max() > 1e-3
+        assert (other(x, positions, attn_mask=visible) - expected)[real].abs().max() > 1e-3

@@ -112,8 +112,8 @@ def attention_layer_loop(
     Read from ``module`` and each spelled out from its source, not from pecode's code:
     the per-head width ``Dh``; grouped key/value heads (query head ``h`` reads group
     ``h // (H / Hkv)``); the projections' biases; ``qk_norm`` (``x / sqrt(mean(x²) +
-    eps) · gain``, over each head or the whole projection, before RoPE; no gain for
-    ``"l2"``); RoPE when the
+    eps) · gain``, over each head or the whole projection, before RoPE; for ``"l2"``
+    no gain and after RoPE); RoPE when the
     scheme is an unscaled :class:`~pecode.rope.RotaryEmbedding` in the half layout
     (feature ``c`` paired with ``c + r/2`` of the rotated ``r``, angle ``p·base^(-2c/r)``);
     the logit scale (``logit_scale``, else ``1/sqrt(Dh)``); the soft cap ``s·tanh(l/s)``;
@@ -179,9 +179,12 @@ def attention_layer_loop(
         linear: torch.nn.Linear, norm_name: str, vector: list[float], p: int
     ) -> list[float]:
         out = linear_loop(linear, vector)
-        if module.qk_norm is not None:
+        if module.qk_norm not in (None, "l2"):
             out = rms_norm(out, getattr(module, norm_name))
-        return rotate(out, p) if rope else out
+        out = rotate(out, p) if rope else out
+        if module.qk_norm == "l2":  # after the scheme, as Llama 4
+            out = rms_norm(out, getattr(module, norm_name))
+        return out
 
     temperature = module.query_temperature
     sinks = module.sinks.detach().double().tolist() if module.sinks is not None else None
