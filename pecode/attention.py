@@ -723,20 +723,19 @@ class MultiHeadAttention(nn.Module):
         q = self._split_heads(self._normed(self.q_proj(x), "q"))
         after = self.qk_norm == "l2"  # Llama 4 normalises the rotated q and k
         if reuse:
-            k, v, k_positions = cache.keys, cache.values, cache.positions
+            k, v, k_positions = cache.keys, cache.values, cache.positions  # normalised
             q, _ = self.position.transform_qk(q, k, positions, k_positions)
-            q = self.q_norm(q) if after else q
         else:
             source = context if cross else x
             k = self._split_heads(self._normed(self.k_proj(source), "k"), self.num_kv_heads)
             v = self._split_heads(self.v_proj(source), self.num_kv_heads)
             q, k = self.position.transform_qk(q, k, positions, k_positions)
-            if after:
-                q, k = self.q_norm(q), self.k_norm(k)
+            k = self.k_norm(k) if after else k  # before the cache keeps it
             if cache is not None and cross:
                 k, v, k_positions = cache.store_context(k, v, k_positions, context)
             elif cache is not None:
                 k, v, k_positions = cache.append(k, v, k_positions)
+        q = self.q_norm(q) if after else q
         if self.query_temperature is not None:  # after the scheme, as Llama 4 and Ministral 3
             q = q * self._temperature(positions, past).to(q.device, q.dtype)
         attn_mask = self._with_position_mask(attn_mask, positions, k_positions)

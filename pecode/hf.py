@@ -159,6 +159,11 @@ class _Family:
     # the decoder layer keeps position_ids from self_attn (Llama 4): a hook passes them
     position_ids_from_block: bool = False
 
+    @property
+    def norm_gains(self) -> bool:
+        """Whether the module has a q_norm and a k_norm with gains to copy."""
+        return self.qk_norm in ("head", "projection")
+
 
 # config.model_type of the models whose attention pecode rebuilds: four projections
 # (q_proj, k_proj, v_proj, o_proj), rotate_half RoPE (or none), softmax(q·k · scaling)
@@ -205,7 +210,7 @@ def _family(hf_attention: nn.Module, config: Mapping[str, Any]) -> _Family:
             "language model: swap_attention(model.language_model)"
         )
     family = _FAMILIES[model_type]
-    gains = family.qk_norm in ("head", "projection")  # a q_norm and k_norm with a gain
+    gains = family.norm_gains
     for name in ("q_norm", "k_norm"):
         if (getattr(hf_attention, name, None) is not None) != gains:
             raise ValueError(
@@ -373,7 +378,7 @@ def attention_from_hf(
         _copy_linear(getattr(layer, ours), weight, bias)
     _copy_linear(layer.out_proj, o.weight, o.bias)
     with torch.no_grad():
-        if family.qk_norm in ("head", "projection"):
+        if family.norm_gains:
             for name in ("q_norm", "k_norm"):
                 gain = getattr(hf_attention, name).weight
                 getattr(layer, name).weight.copy_(gain + 1 if family.gemma_norm else gain)
@@ -1027,7 +1032,7 @@ def _copy_back(
                 ours = getattr(layer, name)
                 _copy_linear(getattr(hf_attention, name), ours.weight, ours.bias)
         _copy_linear(hf_attention.o_proj, layer.out_proj.weight, layer.out_proj.bias)
-        if family.qk_norm in ("head", "projection"):
+        if family.norm_gains:
             for name in ("q_norm", "k_norm"):
                 gain = getattr(layer, name).weight
                 if family.gemma_norm:

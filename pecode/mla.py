@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pecode._checks import check_int, check_integer_tensor, check_real
-from pecode.attention import additive_mask, causal_mask
+from pecode.attention import _check_mask, _fold_mask
 from pecode.rope import RotaryEmbedding
 
 __all__ = ["LatentCache", "MultiHeadLatentAttention"]
@@ -175,8 +175,9 @@ class MultiHeadLatentAttention(nn.Module):
         Raises:
             TypeError: ``x`` is not a floating tensor, ``causal`` not a bool, or
                 ``positions`` not an integer tensor.
-            ValueError: ``x`` does not end in ``embed_dim``, or ``positions`` has the
-                wrong shape.
+            ValueError: ``x`` does not end in ``embed_dim``, or ``positions`` or
+                ``attn_mask`` has the wrong shape (as in
+                :class:`~pecode.attention.MultiHeadAttention`).
         """
         if not isinstance(x, Tensor) or not x.is_floating_point():
             raise TypeError(f"x must be a floating torch.Tensor, got {type(x).__name__}")
@@ -195,6 +196,9 @@ class MultiHeadLatentAttention(nn.Module):
                 f"got {tuple(positions.shape)}"
             )
         heads, qk_dim = self.num_heads, self.nope_dim + self.rope_dim
+        if attn_mask is not None:
+            _check_mask(attn_mask, (batch, heads, length, past + length))
+            attn_mask = attn_mask[(None,) * (4 - attn_mask.dim())]
         q = self._queries(x).view(batch, length, heads, qk_dim).transpose(1, 2)
         q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
         latents, k_rope = self.kv_down(x).split([self.kv_rank, self.rope_dim], dim=-1)
@@ -208,34 +212,17 @@ class MultiHeadLatentAttention(nn.Module):
         k_nope, v = kv.transpose(1, 2).split([self.nope_dim, self.v_dim], dim=-1)
         q = torch.cat((q_nope, q_rope), dim=-1)
         k = torch.cat((k_nope, k_rope.expand(-1, heads, -1, -1)), dim=-1)
-        mask = self._mask(attn_mask, causal, length, k_len, q)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+        mask = _fold_mask(attn_mask, causal, None, length, k_len, q.dtype, q.device)
+        is_causal = isinstance(mask, str)  # a causal prefill: SDPA's is_causal, no L×L mask
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=None if is_causal else mask, is_causal=is_causal, scale=self.scale
+        )
         return self.out_proj(out.transpose(1, 2).reshape(batch, length, heads * self.v_dim))
 
     def _queries(self, x: Tensor) -> Tensor:
         if self.q_rank is None:
             return self.q_proj(x)
         return self.q_up(self.q_norm(self.q_down(x)))
-
-    @staticmethod
-    def _mask(
-        attn_mask: Tensor | None, causal: bool, length: int, k_len: int, q: Tensor
-    ) -> Tensor | None:
-        """The boolean or float mask for SDPA: causal over the cache and ``attn_mask``."""
-        causal = causal and length > 1
-        if attn_mask is None:
-            return causal_mask(length, k_len, device=q.device) if causal else None
-        if attn_mask.dtype == torch.bool:
-            return attn_mask & causal_mask(length, k_len, device=q.device) if causal else attn_mask
-        return additive_mask(
-            attn_mask,
-            causal=causal,
-            bias=None,
-            q_len=length,
-            k_len=k_len,
-            dtype=q.dtype,
-            device=q.device,
-        )
 
     def extra_repr(self) -> str:
         return (

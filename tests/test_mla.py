@@ -96,6 +96,10 @@ def test_bad_calls_raise_naming_the_argument():
         module(x_of(), positions=torch.arange(6))
     with pytest.raises(TypeError, match="causal must be a bool"):
         module(x_of(), causal="True")
+    with pytest.raises(TypeError, match="attn_mask must be bool or floating"):
+        module(x_of(), attn_mask=torch.ones(2, 1, 7, 7, dtype=torch.long))
+    with pytest.raises(ValueError, match="attn_mask"):
+        module(x_of(), attn_mask=torch.ones(2, 1, 7, 5, dtype=torch.bool))
 
 
 transformers = pytest.importorskip("transformers")
