@@ -251,13 +251,21 @@ class KVCache:
     The cache keeps no padding mask: keep passing the prefill's key mask, extended by
     the new keys, as ``attn_mask``.
 
+    **Multi-axis positions** (M-RoPE, ``RotaryEmbedding(sections=...)``): positions
+    ``[B, L, A]`` are cached as they are, and the next text token of row ``b`` is at
+    one past the largest index of row ``b`` on *any* axis, on every axis (Qwen2-VL's
+    rule for text after an image). Decoding after a prompt with images continues from
+    the cached positions themselves: no ``rope_deltas`` kept beside the cache, so none
+    can be left over from another prompt. Text positions ``[L]``/``[B, L]`` passed to a
+    multi-axis cache mean the same index on every axis.
+
     **Cross-attention.** The first call with a ``context`` stores the context's keys and
     values; later calls with the same context tensor reuse them instead of projecting
     the context again.
 
     Shapes::
 
-        keys, values: [B, Hkv, Lk, Dh]    positions: [Lk] or [B, Lk]
+        keys, values: [B, Hkv, Lk, Dh]    positions: [Lk], [B, Lk] or [B, Lk, A]
     """
 
     def __init__(self) -> None:
@@ -302,7 +310,9 @@ class KVCache:
         Shapes::
 
             returns: [length] while every row shares its positions (0 .. length-1 for an
-                     empty cache), [B, length] once per-row positions were cached
+                     empty cache), [B, length] once per-row positions were cached,
+                     [B, length, A] once multi-axis positions were (the same index on
+                     every axis: one past the row's largest on any axis, onwards)
 
         Raises:
             TypeError, ValueError: ``length`` is not a positive int.
@@ -311,7 +321,11 @@ class KVCache:
         if self._next is None:
             return torch.arange(length, device=device)
         steps = torch.arange(length, device=self._next.device)
-        return self._next.unsqueeze(-1) + steps
+        following = self._next.unsqueeze(-1) + steps
+        if self.positions is not None and self.positions.dim() == 3:  # [B, Lk, A]
+            batch, _, axes = self.positions.shape
+            return following.expand(batch, length).unsqueeze(-1).expand(batch, length, axes)
+        return following
 
     @property
     def next_position(self) -> int:
@@ -339,7 +353,8 @@ class KVCache:
         """
         if self.context is not None:
             raise ValueError("this KVCache holds the keys of a context (cross-attention)")
-        new_next = positions.amax(dim=-1) + 1
+        # one past the largest index: [] for [L], [B] for [B, L] and (over every axis) [B, L, A]
+        new_next = positions.amax(dim=(-2, -1) if positions.dim() == 3 else -1) + 1
         if self.keys is None or self.values is None or self.positions is None:
             self.keys, self.values, self.positions, self._next = k, v, positions, new_next
             return k, v, positions
@@ -349,13 +364,17 @@ class KVCache:
                 f"{tuple(self.keys.shape)}"
             )
         old, new = self.positions, positions
-        if old.dim() != new.dim():  # a mix of [L] and [B, L]: expand both to [B, L]
+        if old.dim() != new.dim():  # a mix of [L], [B, L] and [B, L, A]: expand to the widest
             batch = k.shape[0]
             old = old.expand(batch, -1) if old.dim() == 1 else old
             new = new.expand(batch, -1) if new.dim() == 1 else new
+            if old.dim() != new.dim():  # text positions: the same index on every axis
+                axes = max(old, new, key=Tensor.dim).shape[-1]
+                old = old.unsqueeze(-1).expand(-1, -1, axes) if old.dim() == 2 else old
+                new = new.unsqueeze(-1).expand(-1, -1, axes) if new.dim() == 2 else new
         self.keys = torch.cat((self.keys, k), dim=-2)
         self.values = torch.cat((self.values, v), dim=-2)
-        self.positions = torch.cat((old, new), dim=-1)
+        self.positions = torch.cat((old, new), dim=1 if old.dim() == 3 else -1)
         self._next = torch.maximum(self._next, new_next)  # [] and [B] broadcast to [B]
         return self.keys, self.values, self.positions
 
@@ -577,7 +596,9 @@ class MultiHeadAttention(nn.Module):
             x:         [B, L, D] (floating)
             context:   [B, Lc, context_dim], same dtype as x
             positions: [L], [1, L] or [B, L] (integer); default 0 .. L-1, or with a self-attention
-                       cache each row's next positions (KVCache.next_positions)
+                       cache each row's next positions (KVCache.next_positions); with a
+                       multi-axis scheme (RotaryEmbedding(sections=...)) also [1, L, A] or
+                       [B, L, A], one index per axis (M-RoPE)
             context_positions: [Lc] or [B, Lc] (integer); default 0 .. Lc-1
             attn_mask: broadcastable to [B, H, L, Lk]; bool (True = may attend) or float;
                        a key padding mask [B, Lk] is attn_mask[:, None, None, :] (a 3-D
@@ -593,7 +614,10 @@ class MultiHeadAttention(nn.Module):
 
         Raises:
             ValueError: ``x`` or ``context`` has the wrong shape, ``positions``,
-                ``context_positions`` or ``attn_mask`` do not fit, ``causal=True`` or a
+                ``context_positions`` or ``attn_mask`` do not fit (multi-axis
+                ``positions`` with a scheme without ``sections``, another number of
+                axes, or with ``window``, ``chunk`` or ``query_temperature``, which read
+                one index per token), ``causal=True`` or a
                 position-relating scheme in cross-attention, a cache filled by the other
                 kind of attention or by another context, or a scheme whose bias does
                 not fit ``[B, H, L, Lk]``.
@@ -705,7 +729,20 @@ class MultiHeadAttention(nn.Module):
         past = 0 if cache is None or cross else len(cache)  # the queries' first index
         if positions is None and cache is not None and not cross:
             positions = cache.next_positions(length, x.device)  # each row continues
-        positions = self._check_positions("positions", positions, batch, length, x.device)
+        axes = None if cross else getattr(self.position, "sections", None)
+        positions = self._check_positions(
+            "positions", positions, batch, length, x.device, None if axes is None else len(axes)
+        )
+        if not cross and cache is not None and cache.positions is not None:
+            multi_axis = cache.positions.dim() == 3 or positions.dim() == 3
+        else:
+            multi_axis = positions.dim() == 3
+        for option in ("window", "chunk", "query_temperature"):
+            if multi_axis and getattr(self, option) is not None:
+                raise ValueError(
+                    f"positions: {option} reads one index per token, but these positions "
+                    "have one per axis ([B, L, A], M-RoPE)"
+                )
         reuse = cross and cache is not None and len(cache) > 0  # the context's cached keys
         if cross:
             k_len = len(cache) if reuse else context.shape[1]
@@ -893,11 +930,34 @@ class MultiHeadAttention(nn.Module):
 
     @staticmethod
     def _check_positions(
-        name: str, positions: object, batch: int, length: int, device: torch.device
+        name: str,
+        positions: object,
+        batch: int,
+        length: int,
+        device: torch.device,
+        axes: int | None = None,
     ) -> Tensor:
+        """``positions`` checked and expanded to ``[L]``, ``[B, L]`` or (``axes`` given,
+        the scheme's number of position axes) ``[B, L, axes]``."""
         if positions is None:
             return torch.arange(length, device=device)
         check_integer_tensor(name, positions)
+        if positions.dim() == 3:  # one index per axis (M-RoPE)
+            if axes is None:
+                raise ValueError(
+                    f"{name} of shape {tuple(positions.shape)} has one index per axis "
+                    f"([B, L, A]), which needs a multi-axis position scheme "
+                    f"(RotaryEmbedding(sections=...)); give [{length}] or [{batch}, {length}]"
+                )
+            if positions.shape[0] not in (1, batch) or tuple(positions.shape[1:]) != (
+                length,
+                axes,
+            ):
+                raise ValueError(
+                    f"{name} must have shape [{batch}, {length}, {axes}] ([B, L, A], one index "
+                    f"per axis of the scheme's {axes} sections), got {tuple(positions.shape)}"
+                )
+            return positions.expand(batch, length, axes).to(device)
         if positions.shape == (1, length):  # one row for the batch (HF's position_ids)
             positions = positions.expand(batch, length)
         if positions.shape not in ((length,), (batch, length)):

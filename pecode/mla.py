@@ -10,7 +10,9 @@ offset, between the two projections. So MLA splits each head: ``nope_dim`` featu
 without positions, and ``rope_dim`` features rotated by RoPE, whose key ``k^R =
 RoPE(W_KR x)`` is computed from ``x`` directly and shared by all heads. The cache holds
 ``c`` and ``k^R``: ``kv_rank + rope_dim`` numbers per token and layer (576 in DeepSeek-V3,
-against ``2 · 128 · 128 = 32768`` for its 128 heads' keys and values).
+against ``128 · (192 + 128) = 40960`` for its 128 heads' keys and values cached as
+multi-head attention would, or ``2 · 128 · 128 = 32768`` in the DeepSeek-V2 paper's
+Table 1, which counts heads of one width ``d_h = 128``): :func:`cache_entries_per_token`.
 
 This module is the teaching form: it expands the latents into every head's keys and
 values and calls ``scaled_dot_product_attention``; the absorbed form is an optimisation
@@ -18,6 +20,9 @@ of the same numbers.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +32,88 @@ from pecode._checks import check_int, check_integer_tensor, check_real
 from pecode.attention import _check_mask, _fold_mask
 from pecode.rope import RotaryEmbedding
 
-__all__ = ["LatentCache", "MultiHeadLatentAttention"]
+__all__ = [
+    "LatentCache",
+    "MultiHeadLatentAttention",
+    "cache_entries_per_token",
+    "kv_cache_entries_per_token",
+    "latent_cache_entries_per_token",
+]
+
+
+def kv_cache_entries_per_token(
+    num_kv_heads: int, key_dim: int, value_dim: int | None = None
+) -> int:
+    """Numbers a key/value cache holds per token and layer: ``Hkv · (Dk + Dv)``.
+
+    Multi-head attention caches every head's key and value (``Hkv = H``; DeepSeek-V2,
+    arXiv 2405.04434, Table 1: ``2 n_h d_h`` per layer), grouped-query attention one per
+    group (``2 n_g d_h``), multi-query attention one (``2 d_h``). Multiply by the
+    element size for bytes and by the layers for the model.
+
+    Args:
+        num_kv_heads: the key/value heads ``Hkv`` (``H`` for MHA, the groups for GQA, 1
+            for MQA).
+        key_dim: the width of one head's key.
+        value_dim: the width of one head's value (default ``key_dim``).
+
+    Raises:
+        TypeError, ValueError: an argument that is not a positive int.
+    """
+    check_int("num_kv_heads", num_kv_heads)
+    check_int("key_dim", key_dim)
+    value_dim = key_dim if value_dim is None else check_int("value_dim", value_dim)
+    return num_kv_heads * (key_dim + value_dim)
+
+
+def latent_cache_entries_per_token(kv_rank: int, rope_dim: int) -> int:
+    """Numbers MLA's cache holds per token and layer: ``kv_rank + rope_dim``.
+
+    The latent ``c`` and the one rotated key ``k^R`` that every head shares (DeepSeek-V2,
+    Table 1: ``(d_c + d_h^R) l`` for ``l`` layers; with ``d_c = 4 d_h`` and ``d_h^R =
+    d_h / 2``, ``4.5 d_h`` per layer, the cache of grouped-query attention with 2.25
+    groups). :class:`LatentCache` holds exactly these.
+
+    Raises:
+        TypeError, ValueError: an argument that is not a positive int.
+    """
+    return check_int("kv_rank", kv_rank) + check_int("rope_dim", rope_dim)
+
+
+def cache_entries_per_token(config: Any, *, num_kv_heads: int | None = None) -> dict[str, int]:
+    """Cached numbers per token and layer of a DeepSeek-V2/V3 config: MLA against MHA.
+
+    Reads ``num_attention_heads``, ``kv_lora_rank``, ``qk_rope_head_dim``,
+    ``qk_nope_head_dim`` and ``v_head_dim`` from a transformers config or its dict
+    (``config.json``). ``"mla"`` is :func:`latent_cache_entries_per_token` (576 for
+    DeepSeek-V3: 1152 bytes per token and layer in bfloat16); ``"mha"`` the keys
+    (``qk_nope_head_dim + qk_rope_head_dim`` wide) and values of every head, as a
+    multi-head cache of the same heads would hold them (40960 for DeepSeek-V3);
+    ``"gqa"``, when ``num_kv_heads`` is given, those of ``num_kv_heads`` key/value heads.
+
+    Raises:
+        TypeError: ``config`` is neither a mapping nor an object with those attributes, or
+            a size is not an int.
+        ValueError: a size that is not positive.
+    """
+    names = ("num_attention_heads", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim")
+    read = config.get if isinstance(config, Mapping) else lambda name: getattr(config, name, None)
+    sizes = {name: read(name) for name in (*names, "v_head_dim")}
+    missing = [name for name in names if sizes[name] is None]
+    if missing:
+        raise TypeError(f"config has no {', '.join(missing)}: is it a DeepSeek-V2/V3 config?")
+    heads = sizes["num_attention_heads"]
+    key_dim = sizes["qk_nope_head_dim"] + sizes["qk_rope_head_dim"]
+    value_dim = sizes["qk_nope_head_dim"] if sizes["v_head_dim"] is None else sizes["v_head_dim"]
+    entries = {
+        "mla": latent_cache_entries_per_token(sizes["kv_lora_rank"], sizes["qk_rope_head_dim"]),
+        "mha": kv_cache_entries_per_token(
+            check_int("num_attention_heads", heads), key_dim, value_dim
+        ),
+    }
+    if num_kv_heads is not None:
+        entries["gqa"] = kv_cache_entries_per_token(num_kv_heads, key_dim, value_dim)
+    return entries
 
 
 class LatentCache:
@@ -179,26 +265,9 @@ class MultiHeadLatentAttention(nn.Module):
                 ``attn_mask`` has the wrong shape (as in
                 :class:`~pecode.attention.MultiHeadAttention`).
         """
-        if not isinstance(x, Tensor) or not x.is_floating_point():
-            raise TypeError(f"x must be a floating torch.Tensor, got {type(x).__name__}")
-        if x.dim() != 3 or x.shape[-1] != self.embed_dim:
-            raise ValueError(f"x must have shape [B, L, {self.embed_dim}], got {tuple(x.shape)}")
-        if not isinstance(causal, bool):
-            raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-        batch, length, _ = x.shape
-        past = 0 if cache is None else len(cache)
-        if positions is None:
-            positions = torch.arange(past, past + length, device=x.device)
-        check_integer_tensor("positions", positions)
-        if positions.shape not in ((length,), (1, length), (batch, length)):
-            raise ValueError(
-                f"positions must have shape [{length}] or [{batch}, {length}], "
-                f"got {tuple(positions.shape)}"
-            )
-        heads, qk_dim = self.num_heads, self.nope_dim + self.rope_dim
-        if attn_mask is not None:
-            _check_mask(attn_mask, (batch, heads, length, past + length))
-            attn_mask = attn_mask[(None,) * (4 - attn_mask.dim())]
+        positions, attn_mask = self._check_call(x, positions, causal, attn_mask, cache)
+        (batch, length, _), heads = x.shape, self.num_heads
+        qk_dim = self.nope_dim + self.rope_dim
         q = self._queries(x).view(batch, length, heads, qk_dim).transpose(1, 2)
         q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
         latents, k_rope = self.kv_down(x).split([self.kv_rank, self.rope_dim], dim=-1)
@@ -218,6 +287,37 @@ class MultiHeadLatentAttention(nn.Module):
             q, k, v, attn_mask=None if is_causal else mask, is_causal=is_causal, scale=self.scale
         )
         return self.out_proj(out.transpose(1, 2).reshape(batch, length, heads * self.v_dim))
+
+    def _check_call(
+        self,
+        x: Tensor,
+        positions: Tensor | None,
+        causal: bool,
+        attn_mask: Tensor | None,
+        cache: LatentCache | None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """:meth:`forward`'s checks; the positions (default: on from the cache) and the
+        mask with four dimensions."""
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            raise TypeError(f"x must be a floating torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 3 or x.shape[-1] != self.embed_dim:
+            raise ValueError(f"x must have shape [B, L, {self.embed_dim}], got {tuple(x.shape)}")
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+        batch, length, _ = x.shape
+        past = 0 if cache is None else len(cache)
+        if positions is None:
+            positions = torch.arange(past, past + length, device=x.device)
+        check_integer_tensor("positions", positions)
+        if positions.shape not in ((length,), (1, length), (batch, length)):
+            raise ValueError(
+                f"positions must have shape [{length}] or [{batch}, {length}], "
+                f"got {tuple(positions.shape)}"
+            )
+        if attn_mask is not None:
+            _check_mask(attn_mask, (batch, self.num_heads, length, past + length))
+            attn_mask = attn_mask[(None,) * (4 - attn_mask.dim())]
+        return positions, attn_mask
 
     def _queries(self, x: Tensor) -> Tensor:
         if self.q_rank is None:

@@ -614,7 +614,8 @@ class RotaryEmbedding(PositionScheme):
             :meth:`transform_qk` (``[A, B, L]`` to :meth:`forward`, as transformers
             passes them), and ``[L]`` or ``[B, L]`` mean the same index on every axis
             (text), which is 1-D RoPE. :class:`~pecode.attention.MultiHeadAttention`
-            takes text positions only, and refuses ``[B, L, A]``.
+            takes ``[B, L, A]`` too, and its :class:`~pecode.attention.KVCache`
+            continues decoding from one past the largest cached index on any axis.
         section_layout: ``"chunked"`` (Qwen2/2.5-VL) or ``"interleaved"``
             (Qwen3-VL, ``mrope_interleaved``): see :mod:`pecode.mrope`.
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
 import torch
 
+from pecode.attention import PositionScheme
 from pecode.experiments import (
+    HYBRID_SCHEMES,
     IGNORE_INDEX,
+    NOPE_EVERY,
     ROPE_READINGS,
     ROPE_SCALINGS,
     SCHEMES,
@@ -23,12 +27,14 @@ from pecode.experiments import (
     evaluate_probes,
     map_jobs,
     needle_copy_batch,
+    paired_differences,
     run_experiment,
     sliding_window_mask,
     train,
     with_rope_scaling,
     yarn_paper_frequencies,
 )
+from pecode.layer_pattern import nope_layers
 from pecode.reference.scaling import yarn_inv_freq_code_loop, yarn_inv_freq_paper_loop
 from pecode.rope import RotaryEmbedding
 from pecode.scaling import rope_frequencies, yarn_correction_range
@@ -141,7 +147,7 @@ def test_needle_batch_rejects_bad_input(kwargs, match):
 # --- model -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("scheme", SCHEMES + HYBRID_SCHEMES)
 def test_model_shapes_and_causality(scheme):
     torch.manual_seed(0)
     model = TinyDecoder(scheme, vocab_size=7, max_len=12, dim=16, num_heads=2).eval()
@@ -191,6 +197,116 @@ def test_model_rejects_bad_tokens():
         model(torch.zeros(4, dtype=torch.long))
     with pytest.raises(ValueError, match="window"):
         model(torch.zeros(1, 4, dtype=torch.long), window=0)
+
+
+# --- the hybrid stack: RoPE layers with NoPE layers --------------------------------------
+
+
+def _decoder(scheme, **kwargs):
+    settings = {"vocab_size": 7, "max_len": 12, "dim": 16, "num_heads": 2, **kwargs}
+    return TinyDecoder(scheme, **settings).eval()
+
+
+def test_rope_nope_is_a_hybrid_not_a_default_scheme():
+    assert HYBRID_SCHEMES == ("rope_nope",)
+    assert "rope_nope" not in SCHEMES  # a sweep with the default schemes is chapter 12's
+    assert NOPE_EVERY == 4  # Llama 4's and SmolLM3's no_rope_layer_interval
+
+
+def test_rope_nope_with_two_layers_is_rope_then_nope():
+    model = _decoder("rope_nope")
+    assert model.nope_layers == (False, True) == nope_layers(2, every=2)
+    first, second = (block.attention.position for block in model.blocks)
+    assert isinstance(first, RotaryEmbedding)
+    assert type(second) is PositionScheme  # the base scheme: no position information
+    assert "nope_every=2, nope_layers=(1,)" in model.extra_repr()
+    assert "nope_layers" not in _decoder("rope").extra_repr()
+
+
+@pytest.mark.parametrize(
+    ("num_layers", "nope_every", "expected"),
+    [(8, None, (3, 7)), (3, None, (2,)), (1, None, (0,)), (6, 2, (1, 3, 5)), (5, 4, (3,))],
+)
+def test_rope_nope_follows_the_layer_pattern(num_layers, nope_every, expected):
+    model = _decoder("rope_nope", num_layers=num_layers, nope_every=nope_every)
+    every = min(NOPE_EVERY, num_layers) if nope_every is None else nope_every
+    assert model.nope_layers == nope_layers(num_layers, every=every)
+    found = tuple(i for i, nope in enumerate(model.nope_layers) if nope)
+    assert found == expected
+    for i, block in enumerate(model.blocks):
+        rotary = isinstance(block.attention.position, RotaryEmbedding)
+        assert rotary != (i in expected), i
+
+
+def test_rope_nope_has_rope_parameters_and_initialization():
+    torch.manual_seed(0)
+    rope = _decoder("rope")
+    torch.manual_seed(0)
+    hybrid = _decoder("rope_nope")
+    assert sum(p.numel() for p in hybrid.parameters()) == sum(p.numel() for p in rope.parameters())
+    named = dict(rope.named_parameters())
+    for name, value in hybrid.named_parameters():
+        assert torch.equal(value, named[name]), name
+
+
+def test_rope_nope_is_rope_with_one_layers_rotation_removed():
+    """With the same weights: rotating layer 1 too gives the rope model, removing layer
+    0's rotation gives NoPE; neither changes nothing, so both layers count."""
+    torch.manual_seed(0)
+    hybrid = _decoder("rope_nope")
+    rope, nope = _decoder("rope"), _decoder("none")
+    rope.load_state_dict(hybrid.state_dict())
+    nope.load_state_dict(hybrid.state_dict())
+    tokens = torch.randint(7, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out_hybrid, out_rope, out_nope = hybrid(tokens), rope(tokens), nope(tokens)
+        assert not torch.allclose(out_hybrid, out_rope)
+        assert not torch.allclose(out_hybrid, out_nope)
+        as_rope = copy.deepcopy(hybrid)
+        as_rope.blocks[1].attention.position = RotaryEmbedding(8)
+        assert torch.equal(as_rope(tokens), out_rope)
+        as_nope = copy.deepcopy(hybrid)
+        as_nope.blocks[0].attention.position = PositionScheme()
+        assert torch.equal(as_nope(tokens), out_nope)
+
+
+def test_rope_nope_rejects_bad_intervals():
+    with pytest.raises(ValueError, match="every"):
+        _decoder("rope_nope", nope_every=0)
+    with pytest.raises(TypeError, match="every"):
+        _decoder("rope_nope", nope_every=2.0)
+    with pytest.raises(ValueError, match="nope_every is for scheme 'rope_nope'"):
+        _decoder("rope", nope_every=2)
+
+
+def test_rope_nope_trains_runs_and_tabulates_paired_differences():
+    config = ExperimentConfig(**{**TINY_NEEDLE.__dict__, "steps": 2})
+    result = run_experiment(
+        config, seeds=(0, 1), schemes=("rope", "rope_nope"), rope_scalings=(), window=16
+    )
+    assert result.names == ["rope", "rope_nope", "rope+window", "rope_nope+window"]
+    assert result.models["rope_nope"][0].nope_layers == (False, True)
+    table = paired_differences(result, "rope_nope", "rope")
+    assert table.header == ["probe", "rope_nope", "rope", "difference [95% interval]"]
+    # far has no position at L: rows copy 1L 2L, near 1L 2L, far 2L
+    assert [row[0] for row in table.rows] == ["copy 1L", "copy 2L", "near 1L", "near 2L", "far 2L"]
+    interval = result.paired("rope_nope", "rope", 32, "far")
+    assert table.rows[-1][3] == str(interval)
+    a, b = result.values("rope_nope", 16), result.values("rope", 16)
+    assert table.rows[0][1:3] == [f"{sum(a) / 2:.2f}", f"{sum(b) / 2:.2f}"]
+    with_signs = paired_differences(result, "rope_nope", "rope", signs=True)
+    assert with_signs.header[-1] == "seeds"
+    assert with_signs.rows[-1][-1] == f"{interval.positive}+ {interval.negative}-"
+    with pytest.raises(TypeError, match="signs"):
+        paired_differences(result, "rope_nope", "rope", signs="yes")
+    with pytest.raises(KeyError, match="none"):
+        paired_differences(result, "none", "rope")
+    with pytest.raises(KeyError, match="probe"):
+        paired_differences(result, "rope_nope", "rope", probes=("needle",))
+    with pytest.raises(ValueError, match="confidence"):
+        paired_differences(result, "rope_nope", "rope", confidence=95)
+    with pytest.raises(ValueError, match="scheme"):
+        train("rope_nope2", config, seed=0)
 
 
 # --- the window ablation ----------------------------------------------------------------

@@ -177,3 +177,136 @@ def test_mla_equals_deepseek_v3_attention(q_rank, interleave, bias, mscale_all_d
         other = copy.deepcopy(ours)
         other.rope.layout = "half" if interleave else "interleaved"
         assert (other(x, positions, attn_mask=visible) - expected)[real].abs().max() > 1e-3
+
+
+# -- how much a token costs in the cache: MLA's latent against every head's keys and values --
+
+
+def test_cache_entries_of_deepseek_v3_defaults():
+    from pecode.mla import cache_entries_per_token
+
+    config = transformers.DeepseekV3Config()  # the defaults are DeepSeek-V3's sizes
+    sizes = (config.num_attention_heads, config.kv_lora_rank, config.qk_rope_head_dim)
+    assert (*sizes, config.qk_nope_head_dim, config.v_head_dim) == (128, 512, 64, 128, 128)
+    entries = cache_entries_per_token(config)
+    assert (
+        entries == {"mla": 512 + 64, "mha": 128 * ((128 + 64) + 128)} == {"mla": 576, "mha": 40960}
+    )
+    assert cache_entries_per_token(config.to_dict(), num_kv_heads=8)["gqa"] == 8 * 320
+    # bfloat16, per token and layer, then over the 61 layers
+    assert (2 * entries["mla"], 2 * entries["mha"]) == (1152, 81920)
+    assert 2 * entries["mla"] * config.num_hidden_layers == 70272  # 68.6 KiB per token
+    assert 2 * entries["mha"] * config.num_hidden_layers == 4997120  # 4.77 MiB per token
+
+
+@pytest.mark.parametrize("d_h", [64, 128])
+def test_deepseek_v2_table_1(d_h):
+    """DeepSeek-V2 (arXiv 2405.04434) Table 1, KV cache per token in elements, l layers:
+    MHA 2 n_h d_h l, GQA 2 n_g d_h l, MQA 2 d_h l, MLA (d_c + d_h^R) l ≈ 9/2 d_h l with
+    d_c = 4 d_h and d_h^R = d_h / 2; "equal to GQA with only 2.25 groups"."""
+    from pecode.mla import kv_cache_entries_per_token, latent_cache_entries_per_token
+
+    n_h, n_g, layers = 128, 8, 60  # DeepSeek-V2: 128 heads of d_h = 128, 60 layers
+    assert kv_cache_entries_per_token(n_h, d_h) * layers == 2 * n_h * d_h * layers
+    assert kv_cache_entries_per_token(n_g, d_h) * layers == 2 * n_g * d_h * layers
+    assert kv_cache_entries_per_token(1, d_h) * layers == 2 * d_h * layers
+    mla = latent_cache_entries_per_token(4 * d_h, d_h // 2) * layers
+    assert mla == (4 * d_h + d_h // 2) * layers == 9 * d_h * layers // 2
+    assert 2 * mla == 2 * 2 * 9 * d_h * layers // 4  # 2.25 groups' 2·n_g·d_h·l, n_g = 9/4
+    if d_h == 128:  # DeepSeek-V2's d_c = 512, d_h^R = 64: 576 per layer, against 32768
+        assert latent_cache_entries_per_token(512, 64) == 576
+        assert kv_cache_entries_per_token(n_h, d_h) == 32768
+
+
+def test_cache_entries_measured_in_transformers_and_pecode_caches():
+    """A tiny DeepseekV3ForCausalLM with a DynamicCache: what it stores per token and layer
+    (the latent and the rotated shared key), what expanding them to every head gives (what
+    a multi-head cache would hold), and what pecode's LatentCache stores, on the same
+    hidden states, against the formulas."""
+    from transformers import DynamicCache
+
+    from pecode.hf import attention_from_deepseek
+    from pecode.mla import cache_entries_per_token
+
+    config = transformers.DeepseekV3Config(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        moe_intermediate_size=8,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_group=1,
+        topk_group=1,
+        first_k_dense_replace=1,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        num_key_value_heads=3,
+        q_lora_rank=6,
+        kv_lora_rank=5,
+        qk_rope_head_dim=4,
+        qk_nope_head_dim=6,
+        v_head_dim=5,
+        max_position_embeddings=64,
+        rope_interleave=False,  # transformers caches the rotated key in pecode's half layout
+        attn_implementation="eager",
+    )
+    torch.manual_seed(5)
+    model = transformers.DeepseekV3ForCausalLM(config).eval()
+    formula = cache_entries_per_token(config)
+    assert formula == {"mla": 5 + 4, "mha": 3 * ((6 + 4) + 5)}
+    batch, length = 2, 6
+    ids = torch.randint(0, 32, (batch, length), generator=torch.Generator().manual_seed(6))
+    seen = {}
+    first = model.model.layers[0].self_attn
+
+    def keep_input(module, args, kwargs):
+        seen["x"] = kwargs["hidden_states"]
+
+    hook = first.register_forward_pre_hook(keep_input, with_kwargs=True)
+    cache = DynamicCache(config=config)
+    with torch.no_grad():
+        model(ids, past_key_values=cache, use_cache=True)
+    hook.remove()
+    for index, layer in enumerate(cache.layers):
+        stored = layer.keys.numel() + layer.values.numel()
+        assert stored == formula["mla"] * batch * length  # per token and layer: 9
+        attention = model.model.layers[index].self_attn
+        with torch.no_grad():
+            keys, values = attention.expand_kv(layer.keys, layer.values)
+        assert keys.numel() + values.numel() == formula["mha"] * batch * length  # 45
+    # pecode's LatentCache, filled by the same layer on the same hidden states
+    ours, latent = attention_from_deepseek(first), LatentCache()
+    with torch.no_grad():
+        ours(seen["x"], torch.arange(length), cache=latent)
+    assert latent.latents.numel() + latent.rope_keys.numel() == formula["mla"] * batch * length
+    assert latent.bytes_per_token() == formula["mla"] * 4  # float32
+    assert torch.allclose(latent.latents, cache.layers[0].keys[:, 0], atol=1e-6)
+    assert torch.allclose(latent.rope_keys, cache.layers[0].values, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (
+            lambda f: f.kv_cache_entries_per_token(0, 64),
+            ValueError,
+            "num_kv_heads must be positive",
+        ),
+        (lambda f: f.kv_cache_entries_per_token(8, 64.0), TypeError, "key_dim must be an int"),
+        (
+            lambda f: f.latent_cache_entries_per_token(512, 0),
+            ValueError,
+            "rope_dim must be positive",
+        ),
+        (
+            lambda f: f.cache_entries_per_token({"num_attention_heads": 8}),
+            TypeError,
+            "kv_lora_rank",
+        ),
+    ],
+)
+def test_bad_cache_sizes_raise_naming_them(call, error, match):
+    import pecode.mla
+
+    with pytest.raises(error, match=match):
+        call(pecode.mla)

@@ -259,3 +259,161 @@ def test_text_after_a_video_continues_past_its_last_frame():
 def test_bad_segments_raise_naming_them(segments, error, match):
     with pytest.raises(error, match=match):
         mrope_positions(segments)
+
+
+# -- M-RoPE through MultiHeadAttention and its KVCache: decoding continues from the cache ----
+#
+# Qwen2-VL's rule for text after a prompt with images: every axis continues from one past
+# the row's largest position on any axis. transformers keeps that as ``rope_deltas`` on
+# the model (next position = cache length + delta, ``compute_3d_position_ids``); pecode's
+# KVCache keeps the positions themselves, so decoding needs no delta and none can be stale.
+
+
+def _mrope_layer():
+    from pecode.attention import MultiHeadAttention
+
+    torch.manual_seed(5)
+    layer = MultiHeadAttention(
+        64, 2, num_kv_heads=1, position=RotaryEmbedding(32, sections=[4, 6, 6], dtype=torch.float64)
+    ).double()
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            parameter.mul_(4.0)  # logits of a few units, where positions matter
+    return layer
+
+
+def _their_decode_positions(deltas: torch.Tensor, past: int, batch: int) -> torch.Tensor:
+    """transformers' ``compute_3d_position_ids`` for one decoding step: ``[B, 1, 3]``."""
+    import types
+
+    fake = types.SimpleNamespace(rope_deltas=deltas)
+    cache = types.SimpleNamespace(get_seq_length=lambda: past)
+    ids = qwen2_5_vl.Qwen2_5_VLModel.compute_3d_position_ids(
+        fake,
+        input_ids=None,
+        image_grid_thw=None,
+        video_grid_thw=None,
+        inputs_embeds=torch.zeros(batch, 1, 64),
+        attention_mask=None,
+        past_key_values=cache,
+    )
+    return ids.movedim(0, -1)  # [3, B, 1] -> [B, 1, 3]
+
+
+def _prompt_positions(rows: list[list]) -> torch.Tensor:
+    """``mrope_positions`` of each row (all of one length), stacked: ``[B, L, 3]``."""
+    return torch.stack([mrope_positions(row)[0] for row in rows])
+
+
+def _decode(layer, x, prompt_positions, steps, position_of_step):
+    """Prefill ``x[:, :L]`` into a KVCache, then decode ``steps`` tokens one at a time."""
+    from pecode.attention import KVCache
+
+    cache, length = KVCache(), prompt_positions.shape[1]
+    outputs = [layer(x[:, :length], positions=prompt_positions, causal=True, cache=cache)]
+    for t in range(steps):
+        token = x[:, length + t : length + t + 1]
+        outputs.append(layer(token, positions=position_of_step(cache), causal=True, cache=cache))
+    return torch.cat(outputs, dim=1), cache
+
+
+def test_cached_multi_axis_decoding_equals_one_causal_pass():
+    # row 0: text, an image, text (11 tokens ending at position 7); row 1: 11 text tokens
+    rows = [[2, (1, 2, 3), 3], [11]]
+    prompt = _prompt_positions(rows)
+    layer, steps = _mrope_layer(), 4
+    x = torch.randn(
+        2, 11 + steps, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(6)
+    )
+    # the whole sequence in one pass: the decoded text continues from each row's next index
+    after = [mrope_positions(row)[1] for row in rows]
+    decoded = torch.tensor(after)[:, None] + torch.arange(steps)
+    full_positions = torch.cat((prompt, decoded[..., None].expand(2, steps, 3)), dim=1)
+    with torch.no_grad():
+        full = layer(x, positions=full_positions, causal=True)
+        # positions=None: each step asks the cache (KVCache.next_positions)
+        cached, cache = _decode(layer, x, prompt, steps, lambda cache: None)
+    assert (cached - full).abs().max() < 1e-12
+    assert torch.equal(cache.positions, full_positions)
+    assert cache.next_positions(1).tolist() == [[[12] * 3], [[15] * 3]]
+    # the neighbour: decoding on from the sequence length (15, 16, ...), as for text
+    with torch.no_grad():
+        by_length, _ = _decode(layer, x, prompt, steps, lambda c: torch.tensor([[len(c)]] * 2))
+    assert (by_length - full)[0, 11:].abs().max() > 1e-3
+    assert (by_length - full)[1].abs().max() < 1e-12  # text alone: the same positions
+
+
+def test_next_positions_equal_transformers_rope_deltas_rule():
+    # transformers: position = cache length + rope_delta, delta = max + 1 - length per row
+    rows = [[2, (1, 2, 3), 3], [(1, 3, 3), 1, (1, 1, 1)]]  # both 11 tokens long
+    prompt = _prompt_positions(rows)
+    deltas = torch.tensor([[_their_rope_index(row)[1]] for row in rows])
+    assert deltas.tolist() == [[-3], [-6]]
+    layer = _mrope_layer()
+    x = torch.randn(2, 14, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        _, cache = _decode(layer, x, prompt, 3, lambda cache: None)
+    theirs = [_their_decode_positions(deltas, past, 2) for past in (11, 12, 13)]
+    assert torch.equal(cache.positions[:, 11:], torch.cat(theirs, dim=1))
+    assert torch.equal(cache.next_positions(1), _their_decode_positions(deltas, 14, 2))
+
+
+def test_a_stale_delta_from_the_previous_prompt_decodes_at_the_wrong_positions():
+    # The bug of transformers #43952 (fixed in 5.x: get_rope_index reruns when the cache is
+    # empty): prompt A's rope_deltas reused while decoding prompt B. pecode's cache has no
+    # delta to reuse: it continues from B's own cached positions.
+    first, second = [2, (1, 2, 3), 3], [1, (1, 4, 4), 2]  # deltas -3 and -12
+    stale = torch.tensor([[_their_rope_index(first)[1]]])
+    fresh = torch.tensor([[_their_rope_index(second)[1]]])
+    assert (stale.item(), fresh.item()) == (-3, -12)
+    prompt, after = mrope_positions(second)  # 19 tokens ending at position 6
+    layer, steps = _mrope_layer(), 3
+    x = torch.randn(
+        1, 19 + steps, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(8)
+    )
+    decoded = (torch.arange(steps) + after)[:, None].expand(steps, 3)
+    with torch.no_grad():
+        full = layer(x, positions=torch.cat((prompt, decoded))[None], causal=True)
+        ours, cache = _decode(layer, x, prompt[None], steps, lambda cache: None)
+        with_stale, stale_cache = _decode(
+            layer, x, prompt[None], steps, lambda c: _their_decode_positions(stale, len(c), 1)
+        )
+        with_fresh, _ = _decode(
+            layer, x, prompt[None], steps, lambda c: _their_decode_positions(fresh, len(c), 1)
+        )
+    assert (ours - full).abs().max() < 1e-12
+    assert cache.next_positions(1).tolist() == [[[after + steps] * 3]]
+    assert (with_fresh - full).abs().max() < 1e-12
+    assert stale_cache.positions[0, 19:, 0].tolist() == [16, 17, 18]  # not 7, 8, 9
+    assert (with_stale - full)[:, 19:].abs().max() > 1e-3
+
+
+def test_text_positions_continue_a_multi_axis_cache():
+    # a decoding step may pass text positions [B, 1]: the same index on every axis
+    layer = _mrope_layer()
+    prompt = _prompt_positions([[2, (1, 2, 3), 3]])
+    x = torch.randn(1, 13, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        by_cache, _ = _decode(layer, x, prompt, 2, lambda cache: None)
+        as_text, cache = _decode(layer, x, prompt, 2, lambda c: c.next_positions(1)[..., 0])
+    assert torch.equal(by_cache, as_text)
+    assert cache.positions.shape == (1, 13, 3)
+
+
+@pytest.mark.parametrize(
+    ("options", "positions", "match"),
+    [
+        ({"position": RotaryEmbedding(32)}, torch.zeros(1, 3, 3).long(), "needs a multi-axis"),
+        ({}, torch.zeros(1, 3, 2).long(), r"positions must have shape \[1, 3, 3\]"),
+        ({}, torch.zeros(2, 3, 3).long(), r"positions must have shape \[1, 3, 3\]"),
+        ({"window": 2}, torch.zeros(1, 3, 3).long(), "positions: window reads one index"),
+    ],
+    ids=["1-D RoPE", "two axes for three", "batch of two for one", "window"],
+)
+def test_bad_multi_axis_positions_in_attention_raise_naming_positions(options, positions, match):
+    from pecode.attention import MultiHeadAttention
+
+    options = {"position": RotaryEmbedding(32, sections=[4, 6, 6]), **options}
+    layer = MultiHeadAttention(64, 2, **options)
+    with pytest.raises(ValueError, match=match):
+        layer(torch.zeros(1, 3, 64), positions=positions, causal=True)

@@ -21,6 +21,7 @@ from pecode.absolute import LearnedPositionalEncoding, SinusoidalPositionalEncod
 from pecode.alibi import ALiBi
 from pecode.attention import ContentOnly, MultiHeadAttention
 from pecode.experiments.models import FrequencyRotary, TinyDecoder
+from pecode.grid_rope import AxialRotaryEmbedding, MixedRotaryEmbedding
 from pecode.hf import HFLlamaAttention
 from pecode.mla import MultiHeadLatentAttention
 from pecode.relative import (
@@ -128,6 +129,18 @@ def _cases() -> list[tuple[nn.Module, dict[str, object]]]:
         (MultiHeadLatentAttention(16, **mla_settings), {"embed_dim": 16, **mla_settings}),
         (TinyDecoder("alibi", **decoder_settings), {"scheme": "alibi", **decoder_settings}),
         (FrequencyRotary(torch.ones(6), 1.5), {"head_dim": 12, "attention_factor": 1.5}),
+        (
+            TinyDecoder("rope_nope", **decoder_settings, nope_every=2),
+            {"scheme": "rope_nope", "nope_every": 2, **decoder_settings},
+        ),
+        (
+            AxialRotaryEmbedding(8, base=100.0, layout="interleaved"),
+            {"head_dim": 8, "base": 100.0, "layout": "interleaved"},
+        ),
+        (
+            MixedRotaryEmbedding(8, 3, base=10.0, layout="interleaved"),
+            {"head_dim": 8, "num_heads": 3, "base": 10.0, "layout": "interleaved"},
+        ),
     ]
 
 

@@ -47,7 +47,8 @@ if "google.colab" in sys.modules:  # on Colab: install that release of pecode
         )
 """
 
-# 09b runs transformers' Llama, at the release pecode.hf is tested with (requirements.txt)
+# these run transformers' models, at the release pecode.hf is tested with (requirements.txt)
+NEEDS_TRANSFORMERS = ("09b_pecode_in_hf_models.ipynb", "09c_rope_beyond_one_axis.ipynb")
 TRANSFORMERS = '    packages += ["transformers=={pin}"]  # pecode.hf is tested with it\n'
 
 
@@ -73,7 +74,7 @@ def pinned(package: str) -> str:
 def guard(notebook_name: str) -> str:
     """The guard that the first code cell of ``notebook_name`` starts with."""
     extra = ""
-    if notebook_name == "09b_pecode_in_hf_models.ipynb":
+    if notebook_name in NEEDS_TRANSFORMERS:
         extra = TRANSFORMERS.format(pin=pinned("transformers"))
     return GUARD.format(repository=repository(), version=version(), extra=extra)
 

@@ -21,7 +21,8 @@ The pieces:
   simulation that shows its coverage;
 * here: :class:`ExperimentConfig`, :func:`train`, :func:`evaluate`,
   :func:`evaluate_probes` and :func:`run_experiment`, the whole sweep (schemes x seeds x
-  readings x lengths).
+  readings x lengths), and :func:`paired_differences`, one model against another on
+  every probe and length, as a table.
 
 Everything runs on the CPU with a fixed number of threads (:func:`cpu_threads`, from
 :mod:`pecode.utils`), so that
@@ -38,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pecode._checks import check_int
+from pecode._checks import check_bool, check_int
 from pecode.experiments import models as _models
 from pecode.experiments import tasks as _tasks
 from pecode.experiments.models import (
@@ -54,6 +55,7 @@ from pecode.experiments.models import (
 )
 from pecode.experiments.stats import (
     PairedInterval,
+    _check_confidence,
     paired_bootstrap,
     paired_t_interval,
     simulated_coverage,
@@ -65,11 +67,21 @@ from pecode.experiments.tasks import (
     needle_copy_batch,
 )
 from pecode.experiments.training import fit
-from pecode.utils import set_seed
+from pecode.utils import Table, set_seed
 
 # Re-declared here, with their documentation, so that the API reference has targets for them.
 SCHEMES: tuple[str, ...] = _models.SCHEMES
 """The position schemes :class:`TinyDecoder` accepts: ``none`` is NoPE (causal mask only)."""
+
+HYBRID_SCHEMES: tuple[str, ...] = _models.HYBRID_SCHEMES
+"""Stacks that mix schemes layer by layer, accepted by :class:`TinyDecoder`, :func:`train`
+and :func:`run_experiment` beside ``SCHEMES`` but not in it (so a sweep with the default
+``schemes`` is unchanged): ``"rope_nope"``, RoPE with a NoPE layer closing every group
+of :data:`NOPE_EVERY` layers (:func:`pecode.layer_pattern.nope_layers`)."""
+
+NOPE_EVERY: int = _models.NOPE_EVERY
+"""Llama 4's and SmolLM3's default interval of NoPE layers (4); a ``"rope_nope"``
+:class:`TinyDecoder` uses ``min(NOPE_EVERY, num_layers)``."""
 
 ROPE_SCALINGS: tuple[str, ...] = _models.ROPE_SCALINGS
 """Test-time RoPE scalings that are kinds of :mod:`pecode.scaling` (``"yarn"``: the authors'
@@ -83,7 +95,9 @@ IGNORE_INDEX: int = _tasks.IGNORE_INDEX
 """Target value of positions without a target; ignored by the loss and the accuracy."""
 
 __all__ = [
+    "HYBRID_SCHEMES",
     "IGNORE_INDEX",
+    "NOPE_EVERY",
     "ROPE_READINGS",
     "ROPE_SCALINGS",
     "SCHEMES",
@@ -102,6 +116,7 @@ __all__ = [
     "map_jobs",
     "needle_copy_batch",
     "paired_bootstrap",
+    "paired_differences",
     "paired_t_interval",
     "run_experiment",
     "simulated_coverage",
@@ -241,7 +256,7 @@ def train(
     cross-entropy, plus the needle's when ``config.needle_values > 0``.
 
     Args:
-        scheme: one of ``SCHEMES``.
+        scheme: one of ``SCHEMES`` or ``HYBRID_SCHEMES``.
         config: the shared budget.
         seed: non-negative int.
         on_step: called after every optimizer step (a progress bar's ``update``).
@@ -254,8 +269,9 @@ def train(
     """
     if not isinstance(config, ExperimentConfig):
         raise TypeError(f"config must be an ExperimentConfig, got {type(config).__name__}")
-    if scheme not in SCHEMES:
-        raise ValueError(f"unknown scheme {scheme!r}; accepted: {list(SCHEMES)}")
+    if scheme not in SCHEMES + HYBRID_SCHEMES:
+        accepted = list(SCHEMES + HYBRID_SCHEMES)
+        raise ValueError(f"unknown scheme {scheme!r}; accepted: {accepted}")
     generator = set_seed(seed)  # seeds the initialization; the generator draws the data
     with cpu_threads(config.num_threads):
         model = TinyDecoder(
@@ -510,7 +526,7 @@ def run_experiment(
     Args:
         config: tasks, model and budget.
         seeds: the training seeds (distinct non-negative ints).
-        schemes: a subset of ``SCHEMES``.
+        schemes: a subset of ``SCHEMES`` and ``HYBRID_SCHEMES``.
         rope_scalings: a subset of ``ROPE_READINGS`` (ignored without ``"rope"``).
         window: the test-time attention window, or ``None``.
         eval_seed: offset of the test sets' seeds.
@@ -527,8 +543,8 @@ def run_experiment(
     for seed in seeds:
         check_int("seed", seed, 0)
     for name in schemes:
-        if name not in SCHEMES:
-            raise ValueError(f"unknown scheme {name!r}; accepted: {list(SCHEMES)}")
+        if name not in SCHEMES + HYBRID_SCHEMES:
+            raise ValueError(f"unknown scheme {name!r}; accepted: {list(SCHEMES + HYBRID_SCHEMES)}")
     for kind in rope_scalings:
         if kind not in ROPE_READINGS:
             raise ValueError(f"unknown rope scaling {kind!r}; accepted: {list(ROPE_READINGS)}")
@@ -574,3 +590,63 @@ def run_experiment(
             torch.stack(needle_curves[name]).mean(0) if needle_curves[name] else None
         )
     return result
+
+
+def paired_differences(
+    result: ExperimentResult,
+    name: str,
+    baseline: str,
+    *,
+    probes: Sequence[str] = PROBES,
+    confidence: float = 0.95,
+    signs: bool = False,
+) -> Table:
+    """``name`` minus ``baseline`` on every probe and length, seed by seed, as a table.
+
+    One row per probe and test length where both models are defined and scored (the
+    far needle has no positions at the training length, so it starts at ``2L``): the
+    mean of each over the seeds, and Student's t-interval of the paired differences
+    (:meth:`ExperimentResult.paired`, chapter 12's intervals). Like every interval of
+    chapter 12, it covers the spread of test sequences as well as of training seeds.
+    With ``signs``, also how many seeds went each way; off by default, because, as
+    chapter 12 notes, a seed whose difference is near zero can change sides on another
+    CPU, and a notebook's printed output must not.
+
+    Raises:
+        KeyError: ``name`` or ``baseline`` is not in ``result``, or an unknown probe.
+        TypeError, ValueError: ``confidence`` is not a number strictly between 0 and 1,
+            or ``signs`` is not a bool.
+    """
+    confidence = _check_confidence(confidence)
+    check_bool("signs", signs)
+    for model in (name, baseline):
+        if model not in result.names:
+            raise KeyError(f"{model!r} is not in the result; it has {result.names}")
+    rows = []
+    for probe in probes:
+        if probe not in PROBES:
+            raise KeyError(f"unknown probe {probe!r}; accepted: {list(PROBES)}")
+        for length in result.config.eval_lengths:
+            a = result.values(name, length, probe)
+            b = result.values(baseline, length, probe)
+            if a is None or b is None or any(math.isnan(v) for v in [*a, *b]):
+                continue  # not defined, or no position to score (far at L)
+            interval = result.paired(name, baseline, length, probe, confidence=confidence)
+            factor = length // result.config.train_length
+            rows.append(
+                [
+                    f"{probe} {factor}L",
+                    f"{sum(a) / len(a):.2f}",
+                    f"{sum(b) / len(b):.2f}",
+                    str(interval),
+                    *([f"{interval.positive}+ {interval.negative}-"] if signs else []),
+                ]
+            )
+    header = [
+        "probe",
+        name,
+        baseline,
+        f"difference [{confidence:.0%} interval]",
+        *(["seeds"] if signs else []),
+    ]
+    return Table(header, rows)

@@ -3,6 +3,8 @@
 * :class:`TinyDecoder`: embeddings, an optional absolute encoding, pre-LN blocks built
   on :class:`~pecode.attention.MultiHeadAttention`, and a linear read-out; ``window=``
   in its forward pass masks every key that lies ``window`` or more positions back;
+  ``"rope_nope"`` builds a hybrid stack, RoPE layers with NoPE layers among them in
+  the pattern of :func:`pecode.layer_pattern.nope_layers` (Llama 4, SmolLM3);
 * :func:`sliding_window_mask`: that mask;
 * :func:`yarn_paper_frequencies`: YaRN's frequencies with the ramp as the paper writes
   it (linear in the number of turns ``r``), beside pecode's ``"yarn"`` kind, whose ramp
@@ -32,12 +34,15 @@ from pecode._checks import check_int
 from pecode.absolute import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from pecode.alibi import ALiBi
 from pecode.attention import MultiHeadAttention, PositionScheme
+from pecode.layer_pattern import nope_layers
 from pecode.relative import T5RelativePositionBias
 from pecode.rope import RotaryEmbedding, apply_rope, rope_cos_sin, rope_inv_freq
 from pecode.scaling import rope_frequencies, yarn_attention_factor
 from pecode.utils import cpu_threads
 
 __all__ = [
+    "HYBRID_SCHEMES",
+    "NOPE_EVERY",
     "ROPE_READINGS",
     "ROPE_SCALINGS",
     "SCHEMES",
@@ -53,6 +58,16 @@ __all__ = [
 
 SCHEMES: tuple[str, ...] = ("none", "sinusoidal", "learned", "t5", "alibi", "rope")
 """The position schemes :class:`TinyDecoder` accepts: ``none`` is NoPE (causal mask only)."""
+
+HYBRID_SCHEMES: tuple[str, ...] = ("rope_nope",)
+"""Stacks that mix schemes layer by layer, accepted beside ``SCHEMES`` but not in it (a
+sweep over ``SCHEMES`` stays chapter 12's): ``"rope_nope"`` is RoPE with NoPE layers
+in the pattern of :func:`pecode.layer_pattern.nope_layers`."""
+
+NOPE_EVERY: int = 4
+"""Llama 4's and SmolLM3's ``no_rope_layer_interval``: one NoPE layer in every four, the
+last of each group. :class:`TinyDecoder` uses ``min(NOPE_EVERY, num_layers)`` unless
+told otherwise, so that a stack of fewer than four layers still ends with a NoPE layer."""
 
 ROPE_SCALINGS: tuple[str, ...] = ("linear", "ntk", "yarn")
 """Test-time RoPE scalings that are kinds of :mod:`pecode.scaling` (``"yarn"``: the
@@ -137,6 +152,12 @@ class TinyDecoder(nn.Module):
     :class:`~pecode.attention.MultiHeadAttention` carrying the scheme (T5 bias, ALiBi,
     RoPE, or nothing), a final LayerNorm and a linear read-out. ``none`` adds no
     position information at all: only the causal mask (NoPE, Kazemnejad et al. 2023).
+    ``rope_nope`` is RoPE in every layer except the NoPE ones of
+    ``nope_layers(num_layers, every=nope_every)``, the last of each group of
+    ``nope_every`` (Llama 4, SmolLM3; with chapter 12's two layers and the default
+    interval: RoPE, then NoPE). RoPE has no parameters, so a ``rope_nope`` model has the
+    same parameters as a ``rope`` one, under the same names, and the same seed
+    initializes them identically.
 
     Shapes::
 
@@ -150,10 +171,13 @@ class TinyDecoder(nn.Module):
         dim, num_heads, num_layers: width, heads per layer, blocks.
         output_size: logits per position (default ``vocab_size``); chapter 12 reads
             two tasks from one model, so its read-out has both tasks' classes.
+        nope_every: ``rope_nope`` only: one NoPE layer in every ``nope_every``, the last
+            of each group (default ``min(NOPE_EVERY, num_layers)``).
 
     Raises:
         ValueError: unknown ``scheme``, or sizes that are not positive ints
-            (``dim`` must be divisible by ``num_heads``, the head size even).
+            (``dim`` must be divisible by ``num_heads``, the head size even), or
+            ``nope_every`` given for a scheme other than ``rope_nope``.
         TypeError: a size is not an int.
     """
 
@@ -167,10 +191,13 @@ class TinyDecoder(nn.Module):
         num_heads: int = 4,
         num_layers: int = 2,
         output_size: int | None = None,
+        nope_every: int | None = None,
     ) -> None:
         super().__init__()
-        if scheme not in SCHEMES:
-            raise ValueError(f"unknown scheme {scheme!r}; accepted: {list(SCHEMES)}")
+        if scheme not in SCHEMES + HYBRID_SCHEMES:
+            raise ValueError(
+                f"unknown scheme {scheme!r}; accepted: {list(SCHEMES + HYBRID_SCHEMES)}"
+            )
         check_int("vocab_size", vocab_size, 2)
         check_int("max_len", max_len, 1)
         check_int("dim", dim, 1)
@@ -181,6 +208,15 @@ class TinyDecoder(nn.Module):
         if dim % num_heads or (dim // num_heads) % 2:
             raise ValueError(f"dim={dim} must split into num_heads={num_heads} even head sizes")
         self.scheme, self.vocab_size, self.max_len = scheme, vocab_size, max_len
+        # True where a layer has no positions: every layer of "none", none of the others'
+        self.nope_layers: tuple[bool, ...] = (scheme == "none",) * num_layers
+        if scheme == "rope_nope":
+            if nope_every is None:
+                nope_every = min(NOPE_EVERY, num_layers)
+            self.nope_layers = nope_layers(num_layers, every=nope_every)
+        elif nope_every is not None:
+            raise ValueError(f"nope_every is for scheme 'rope_nope' only, not {scheme!r}")
+        self.nope_every = nope_every
         self.embedding = nn.Embedding(vocab_size, dim)
         self.absolute: nn.Module | None = None
         if scheme == "sinusoidal":
@@ -188,9 +224,13 @@ class TinyDecoder(nn.Module):
         elif scheme == "learned":
             self.absolute = LearnedPositionalEncoding(max_len, dim)
         head_dim = dim // num_heads
+        layer_schemes = [
+            "none" if nope else ("rope" if scheme == "rope_nope" else scheme)
+            for nope in self.nope_layers
+        ]
         self.blocks = nn.ModuleList(
-            _Block(dim, num_heads, _position_scheme(scheme, head_dim, num_heads, max_len))
-            for _ in range(num_layers)
+            _Block(dim, num_heads, _position_scheme(name, head_dim, num_heads, max_len))
+            for name in layer_schemes
         )
         self.norm = nn.LayerNorm(dim)
         self.readout = nn.Linear(dim, output_size)
@@ -201,6 +241,12 @@ class TinyDecoder(nn.Module):
             f"scheme={self.scheme!r}, vocab_size={self.vocab_size}, max_len={self.max_len}, "
             f"dim={attention.embed_dim}, num_heads={attention.num_heads}, "
             f"num_layers={len(self.blocks)}, output_size={self.readout.out_features}"
+            + (
+                f", nope_every={self.nope_every}, nope_layers="
+                f"{tuple(i for i, nope in enumerate(self.nope_layers) if nope)}"
+                if self.scheme == "rope_nope"
+                else ""
+            )
         )
 
     def forward(self, tokens: Tensor, *, window: int | None = None) -> Tensor:

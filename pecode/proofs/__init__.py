@@ -39,7 +39,17 @@ __all__ = [
     "softmax_rows",
 ]
 
-MODULES = ("alibi", "attention", "euler", "mrope", "relative", "rope", "scaling", "sinusoidal")
+MODULES = (
+    "alibi",
+    "attention",
+    "euler",
+    "mla",
+    "mrope",
+    "relative",
+    "rope",
+    "scaling",
+    "sinusoidal",
+)
 """The submodules that state proofs, one per chapter or family."""
 
 

@@ -2,11 +2,12 @@
 
 A head has a symbolic number ``N`` of pairs; pair ``j`` turns by the position on axis
 ``a(j)`` times its frequency ``θ_j``, where ``a`` is an undefined integer function: the
-chunked layout, the interleaved one and 2-D RoPE's row/column split are all values of
-it. Positions are indexed symbols ``m_a`` (the query's index on axis ``a``) and ``n_a``
-(the key's), so every statement holds for any number of axes and any sections. sympy
-evaluates the sums over ``j`` together with the trigonometry. Every proof has a false
-neighbour in :data:`CASES`.
+chunked layout, the interleaved one and 2-D RoPE's row/column split (RoPE-Axial) are all
+values of it. RoPE-Mixed turns pair ``j`` by ``Σ_a ω_{j,a} m_a``, every axis at once
+(:func:`mixed_frequency_offsets`). Positions are indexed symbols ``m_a`` (the query's
+index on axis ``a``) and ``n_a`` (the key's), so every statement holds for any number of
+axes and any sections. sympy evaluates the sums over ``j`` together with the
+trigonometry. Every proof has a false neighbour in :data:`CASES`.
 
 That text (one index on every axis) is 1-D RoPE needs no proof: with ``m_a = p`` for
 every ``a`` the angles are ``p·θ_j`` by definition. What can go wrong there is code, and
@@ -19,7 +20,7 @@ import sympy as sp
 
 from pecode.proofs.core import Proof, ProofCase, Step
 
-__all__ = ["CASES", "multi_axis_offsets"]
+__all__ = ["CASES", "mixed_frequency_offsets", "multi_axis_offsets"]
 
 _j = sp.Symbol("j", integer=True, positive=True)
 _pairs = sp.Symbol("N", integer=True, positive=True)
@@ -28,6 +29,10 @@ _q, _k = sp.IndexedBase("q", real=True), sp.IndexedBase("k", real=True)
 _m, _n, _s = (sp.IndexedBase(name, real=True) for name in ("m", "n", "s"))
 _axis = sp.Function("a", integer=True)  # the axis pair j reads
 _other_axis = sp.Function("b", integer=True)  # another map, for the neighbours
+_a = sp.Symbol("a", integer=True, positive=True)  # an axis, of A
+_axes = sp.Symbol("A", integer=True, positive=True)
+_omega = sp.IndexedBase("omega", real=True)  # RoPE-Mixed: pair j's frequency on axis a
+_nu = sp.IndexedBase("nu", real=True)  # another table, for the neighbour
 
 
 def _rotated(angle: sp.Expr, x: sp.IndexedBase) -> tuple[sp.Expr, sp.Expr]:
@@ -96,6 +101,63 @@ def multi_axis_offsets(same_map: bool = True) -> Proof:
     )
 
 
+def _mixed_angle(frequency: sp.IndexedBase, p: sp.IndexedBase, shift: bool = False) -> sp.Expr:
+    """``Σ_a ω_{j,a} p_a`` (or ``Σ_a ω_{j,a} (p_a + s_a)``) over the ``A`` axes."""
+    position = p[_a] + _s[_a] if shift else p[_a]
+    return sp.Sum(frequency[_j, _a] * position, (_a, 1, _axes))
+
+
+def mixed_frequency_offsets(same_frequencies: bool = True) -> Proof:
+    """With mixed frequencies the score still depends only on the offset on each axis.
+
+    RoPE-Mixed (Heo et al. 2024) turns pair ``j`` by ``Σ_a ω_{j,a} m_a``, every axis at
+    once with its own (learned) frequency. The angle is linear in the position, so the
+    query's angle minus the key's is ``Σ_a ω_{j,a} (m_a - n_a)``: the score is
+    ``Σ_j g(q_j, k_j, Σ_a ω_{j,a}(m_a - n_a))``, and moving both tokens by a shift
+    ``s`` leaves it unchanged. The axial split is the case where ``ω_{j,a}`` is zero
+    but on one axis per pair, which :func:`multi_axis_offsets` proves for any axis map.
+    ``same_frequencies=False`` is keys turned by another table ``ν``, as when a key head
+    shared by query heads with different frequencies (grouped-query attention) takes
+    one head's table: both steps fail.
+    """
+    key_frequency = _omega if same_frequencies else _nu
+    query_angle, key_angle = _mixed_angle(_omega, _m), _mixed_angle(key_frequency, _n)
+    offset = sp.Sum(_omega[_j, _a] * (_m[_a] - _n[_a]), (_a, 1, _axes))
+    steps = (
+        Step(
+            "A pair's query and key angles differ by the mixed angle of the offset, so its "
+            "score is $g$ of that angle",
+            _score(query_angle, key_angle),
+            sp.Sum(_g(offset), (_j, 1, _pairs)),
+            latex=(
+                "\\sum_{j=1}^{N} \\langle R(\\textstyle\\sum_a \\omega_{j,a} m_a) q_j, "
+                "R(\\textstyle\\sum_a \\omega_{j,a} n_a) k_j \\rangle = \\sum_{j=1}^{N} "
+                "g\\big(q_j, k_j, \\textstyle\\sum_{a=1}^{A} \\omega_{j,a} (m_a - n_a)\\big)"
+            ),
+        ),
+        Step(
+            "Moving both tokens by $s_a$ on every axis $a$ leaves the score unchanged",
+            _score(
+                _mixed_angle(_omega, _m, shift=True), _mixed_angle(key_frequency, _n, shift=True)
+            ),
+            _score(query_angle, key_angle),
+            latex=(
+                "\\mathrm{score}(m + s, n + s) = \\mathrm{score}(m, n) "
+                "\\text{ for every shift } s = (s_1, \\dots, s_A)"
+            ),
+        ),
+    )
+    title = "Mixed-frequency 2-D RoPE sees offsets per axis"
+    if not same_frequencies:
+        title += " (keys turned by another frequency table)"
+    return Proof(
+        title,
+        "For any number of pairs and axes and any frequencies $\\omega_{j,a}$, the rotated "
+        "score depends on the two tokens' positions only through their offset on each axis.",
+        steps,
+    )
+
+
 CASES: tuple[ProofCase, ...] = (
     ProofCase(
         "mrope.multi_axis_offsets",
@@ -103,4 +165,12 @@ CASES: tuple[ProofCase, ...] = (
         lambda: multi_axis_offsets(same_map=False),
         (1, 2),
     ),
+    ProofCase(
+        "mrope.mixed_frequency_offsets",
+        mixed_frequency_offsets,
+        lambda: mixed_frequency_offsets(same_frequencies=False),
+        (1, 2),
+    ),
 )
+"""Every proof about multi-axis and 2-D RoPE with its false neighbour and the steps where
+that one fails."""
