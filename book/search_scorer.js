@@ -1,7 +1,7 @@
 /*
  * The book's search ranking (html_search_scorer in _config.yml). Sphinx's default
  * weights, plus one rule: the generated pages of tests/ (book/checks/) come after the
- * chapters, so that searching "YaRN" lists chapter 10 before the test files that check it.
+ * chapters, so that searching "YaRN" lists chapter 11 before the test files that check it.
  * The evidence pages are still found; they are only ranked last.
  */
 var Scorer = {

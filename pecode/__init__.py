@@ -28,20 +28,20 @@ rope
     (chapters 8-9).
 scaling
     Long-context RoPE frequencies: linear, NTK-aware, dynamic, YaRN, Llama 3.1, LongRoPE
-    (Phi-3), proportional (Gemma 4), a base change (chapter 10); ``hf_rope_arguments``
+    (Phi-3), proportional (Gemma 4), a base change (chapter 11); ``hf_rope_arguments``
     and ``frequencies_from_hf_config`` read a Hugging Face ``config.json`` as it is.
 rope_kernels, rope_compiled, rope_triton
     The fast paths of ``apply_rope``: blocked CPU passes, the autograd Function whose
     backward is the inverse rotation, one fused CPU kernel built by ``torch.compile``
     (the switch ``compiled=``, environment variable ``PECODE_ROPE_COMPILE``) and one
-    Triton kernel on CUDA (chapter 11).
+    Triton kernel on CUDA (chapter 12).
 hf
     Hugging Face attention layers rebuilt on pecode, weights copied (page 9b).
 bench
-    The benchmark of chapter 11, a package: the interleaved-rounds harness, the RoPE and
+    The benchmark of chapter 12, a package: the interleaved-rounds harness, the RoPE and
     attention cases, the recorded GPU run and the command line (``python -m pecode.bench``).
 experiments
-    The training experiments of chapters 12 and 13.
+    The training experiments of chapters 13 and 14.
 proofs
     sympy derivations that return a residual (zero when the identity holds), one
     submodule per chapter.

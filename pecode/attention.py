@@ -74,6 +74,11 @@ class PositionScheme(nn.Module):
     #: instead of a copy repeated to ``H`` heads.
     score_bias_reads_keys: bool = True
 
+    #: The number of position indices each token has, ``None`` for one (positions
+    #: ``[L]`` or ``[B, L]``) and ``A`` for a scheme that reads ``[B, L, A]`` (M-RoPE's
+    #: time, height and width; 2-D RoPE's row and column).
+    position_axes: int | None = None
+
     def transform_qk(
         self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor
     ) -> tuple[Tensor, Tensor]:
@@ -615,12 +620,11 @@ class MultiHeadAttention(nn.Module):
         Raises:
             ValueError: ``x`` or ``context`` has the wrong shape, ``positions``,
                 ``context_positions`` or ``attn_mask`` do not fit (multi-axis
-                ``positions`` with a scheme without ``sections``, another number of
-                axes, or with ``window``, ``chunk`` or ``query_temperature``, which read
-                one index per token), ``causal=True`` or a
-                position-relating scheme in cross-attention, a cache filled by the other
-                kind of attention or by another context, or a scheme whose bias does
-                not fit ``[B, H, L, Lk]``.
+                ``positions`` with a scheme of one axis, another number of axes, or with
+                ``window``, ``chunk`` or ``query_temperature``, which read one index per
+                token), ``causal=True`` or a position-relating scheme in
+                cross-attention, a cache filled by the other kind of attention or by
+                another context, or a scheme whose bias does not fit ``[B, H, L, Lk]``.
             TypeError: ``x`` or ``context`` is not floating (or their dtypes differ),
                 positions are not integer tensors, or ``cache`` is not a
                 :class:`KVCache`.
@@ -729,10 +733,8 @@ class MultiHeadAttention(nn.Module):
         past = 0 if cache is None or cross else len(cache)  # the queries' first index
         if positions is None and cache is not None and not cross:
             positions = cache.next_positions(length, x.device)  # each row continues
-        axes = None if cross else getattr(self.position, "sections", None)
-        positions = self._check_positions(
-            "positions", positions, batch, length, x.device, None if axes is None else len(axes)
-        )
+        axes = None if cross else self.position.position_axes
+        positions = self._check_positions("positions", positions, batch, length, x.device, axes)
         if not cross and cache is not None and cache.positions is not None:
             multi_axis = cache.positions.dim() == 3 or positions.dim() == 3
         else:
@@ -946,8 +948,9 @@ class MultiHeadAttention(nn.Module):
             if axes is None:
                 raise ValueError(
                     f"{name} of shape {tuple(positions.shape)} has one index per axis "
-                    f"([B, L, A]), which needs a multi-axis position scheme "
-                    f"(RotaryEmbedding(sections=...)); give [{length}] or [{batch}, {length}]"
+                    "([B, L, A]), which needs a multi-axis position scheme (M-RoPE's "
+                    "RotaryEmbedding(sections=...), 2-D RoPE); "
+                    f"give [{length}] or [{batch}, {length}]"
                 )
             if positions.shape[0] not in (1, batch) or tuple(positions.shape[1:]) != (
                 length,
@@ -955,7 +958,7 @@ class MultiHeadAttention(nn.Module):
             ):
                 raise ValueError(
                     f"{name} must have shape [{batch}, {length}, {axes}] ([B, L, A], one index "
-                    f"per axis of the scheme's {axes} sections), got {tuple(positions.shape)}"
+                    f"per axis of the scheme's {axes}), got {tuple(positions.shape)}"
                 )
             return positions.expand(batch, length, axes).to(device)
         if positions.shape == (1, length):  # one row for the batch (HF's position_ids)

@@ -107,7 +107,7 @@ class AxialRotaryEmbedding(PositionScheme):
     ladder of ``head_dim / 2`` frequencies between them.
 
     :class:`~pecode.attention.MultiHeadAttention` passes this scheme positions
-    ``[B, L, 2]`` (it reads the number of axes from ``len(sections)``).
+    ``[B, L, 2]`` (:attr:`position_axes`).
 
     Shapes::
 
@@ -126,11 +126,12 @@ class AxialRotaryEmbedding(PositionScheme):
             is not a finite number greater than 1, or ``layout`` is unknown.
     """
 
+    position_axes = 2  # (row, column)
+
     def __init__(self, head_dim: int, *, base: float = 10000.0, layout: str = "half") -> None:
         super().__init__()
         self.head_dim = _check_head_dim(head_dim)
         self.base, self.layout = check_rope_base("base", base), _check_layout(layout)
-        self.sections = (head_dim // 4, head_dim // 4)  # the pairs of each axis
         # float64 here, rounded to float32 (or kept, for float64 inputs) per call
         self.inv_freq = rope_inv_freq(head_dim // 2, self.base, dtype=torch.float64)
 
@@ -213,8 +214,7 @@ class MixedRotaryEmbedding(PositionScheme):
     grouped-query attention (fewer key heads) is refused, since a key shared by query
     heads with different frequencies would have to be turned by each of them.
     :class:`~pecode.attention.MultiHeadAttention` passes this scheme positions
-    ``[B, L, 2]`` (it reads the number of axes from ``len(sections)``; here each axis
-    turns every pair).
+    ``[B, L, 2]`` (:attr:`position_axes`).
 
     Shapes::
 
@@ -237,6 +237,8 @@ class MixedRotaryEmbedding(PositionScheme):
             ``layout`` unknown, or ``random_directions`` not a bool.
     """
 
+    position_axes = 2  # (row, column)
+
     def __init__(
         self,
         head_dim: int,
@@ -251,7 +253,6 @@ class MixedRotaryEmbedding(PositionScheme):
         self.head_dim, self.num_heads = _check_head_dim(head_dim), check_int("num_heads", num_heads)
         self.base, self.layout = check_rope_base("base", base), _check_layout(layout)
         self.random_directions = check_bool("random_directions", random_directions)
-        self.sections = (head_dim // 2, head_dim // 2)  # each axis turns every pair
         self.frequencies = nn.Parameter(torch.empty(num_heads, head_dim // 2, 2))
         self.reset_parameters(generator)
 

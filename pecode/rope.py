@@ -630,6 +630,11 @@ class RotaryEmbedding(PositionScheme):
             not add up to ``rotary_dim / 2``.
     """
 
+    @property
+    def position_axes(self) -> int | None:  # type: ignore[override]
+        """``len(sections)`` for M-RoPE (positions ``[B, L, A]``), else ``None``."""
+        return None if self.sections is None else len(self.sections)
+
     def __init__(
         self,
         head_dim: int,

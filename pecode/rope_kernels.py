@@ -3,7 +3,7 @@
 :mod:`pecode.rope` holds the math of RoPE; this module holds what makes it fast, and
 nothing here changes a result beyond float rounding (``tests/test_rope_kernels.py``
 compares every path with the float64 loop of :mod:`pecode.reference.rope`). RoPE is
-memory-bound (chapter 11): each element is read once, multiplied by two table entries
+memory-bound (chapter 12): each element is read once, multiplied by two table entries
 and written once, so its speed is set by the passes over ``x`` and by the calls that
 Python makes, not by the arithmetic.
 

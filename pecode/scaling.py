@@ -544,7 +544,7 @@ PUBLISHED_CONFIGS: dict[str, dict[str, Any]] = {
 """Published settings, as ``rope_frequencies`` arguments (``dim`` left out).
 
 ``llama2_long``: Xiong et al. 2023; the Llama 3 paper (Dubey et al. 2024, §3.2) reports
-500000 as the base Xiong et al. showed effective up to 32,768 tokens (chapter 10 says what
+500000 as the base Xiong et al. showed effective up to 32,768 tokens (chapter 11 says what
 could be checked). ``code_llama``: Rozière et al. 2023. ``llama3.1``: the constants of
 Meta's reference ``apply_scaling`` (factor 8, band factors 1 and 4, original length
 8192), which the ``rope_scaling`` block of the Llama 3.1 configs on the Hugging Face Hub

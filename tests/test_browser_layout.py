@@ -164,8 +164,8 @@ def test_every_code_and_output_block_fits_the_text_column(measured):
 
 # Printed outputs whose lines are longer than the column holds: book.css wraps them, which
 # reads well for prose and dicts of checks but breaks a column-aligned table. Each is
-# listed with its page and how it starts; a new one fails the test below. Chapter 11's
-# benchmark tables become figures and rendered tables when chapter 11 is re-run.
+# listed with its page and how it starts; a new one fails the test below. Chapter 12's
+# benchmark tables become figures and rendered tables when chapter 12 is re-run.
 WIDE_OUTPUTS_ALLOWED = {
     # column-aligned tables, which wrap badly: to become pecode.Table or figures
     ("11_costs", "                                   media"),

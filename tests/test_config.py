@@ -10,12 +10,14 @@ import nbformat
 import pytest
 import tomllib
 import yaml
+from chapters import CHAPTER_NUMBERS
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
 REPOSITORY = CONFIG["repository"]["url"]
 
 # tools/colab_install_cell.py writes the notebooks' install guard; the tests compare with it
@@ -202,7 +204,7 @@ def test_the_intro_maps_each_source_to_the_chapters_that_check_it():
     checked: dict[str, set[int]] = {source: set() for source in claimed}
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
-        chapter = int(path.name[:2])
+        chapter = CHAPTER_NUMBERS[path.stem]
         in_table = _verdict_table_sources(nb)
         # the opening names exactly the sources whose claims the chapter's table checks
         assert set(re.findall(r"\bsource (00[0-4])\b", nb.cells[0].source)) == in_table, path.name

@@ -1,4 +1,4 @@
-"""The small training runs of chapter 12: data, model, window, readings, training, sweep."""
+"""The small training runs of chapter 13: data, model, window, readings, training, sweep."""
 
 from __future__ import annotations
 
@@ -209,7 +209,7 @@ def _decoder(scheme, **kwargs):
 
 def test_rope_nope_is_a_hybrid_not_a_default_scheme():
     assert HYBRID_SCHEMES == ("rope_nope",)
-    assert "rope_nope" not in SCHEMES  # a sweep with the default schemes is chapter 12's
+    assert "rope_nope" not in SCHEMES  # a sweep with the default schemes is chapter 13's
     assert NOPE_EVERY == 4  # Llama 4's and SmolLM3's no_rope_layer_interval
 
 
@@ -371,7 +371,7 @@ def test_yarn_paper_frequencies_match_the_papers_loop(head_dim, length, factor):
 
 
 def test_paper_and_code_ramps_agree_outside_the_ramp_only():
-    """Chapter 12's setting (d = 16, L0 = 256): pair 0 turns 40.7 > 32 times, pairs 4..7
+    """Chapter 13's setting (d = 16, L0 = 256): pair 0 turns 40.7 > 32 times, pairs 4..7
     less than once; the ramps agree there and differ on pairs 1..3."""
     paper = yarn_paper_frequencies(16, 10000.0, 4.0, 256)
     code, _ = rope_frequencies(

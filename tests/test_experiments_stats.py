@@ -1,4 +1,4 @@
-"""Paired statistics of chapters 12 and 13: Student's t-interval against printed t tables
+"""Paired statistics of chapters 13 and 14: Student's t-interval against printed t tables
 and hand-worked cases, its coverage by simulation at the seed counts the book uses (and
 the exact bootstrap's, the false neighbour, which falls short), and the exact bootstrap
 against hand-worked cases and brute force."""

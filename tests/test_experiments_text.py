@@ -1,4 +1,4 @@
-"""The real-text experiment of chapter 13: the pinned corpus, its split, the end-aligned
+"""The real-text experiment of chapter 14: the pinned corpus, its split, the end-aligned
 and the randomly drawn evaluation windows, per-position losses and the seed interval
 against hand-worked examples, and a tiny language model that learns, deterministically
 under a seed and whatever the number of worker processes."""

@@ -246,6 +246,37 @@ def test_text_after_a_video_continues_past_its_last_frame():
     assert after == int(positions.max()) + 1 == 12
 
 
+def test_transformers_starts_text_after_a_video_below_its_later_frames():
+    # What the book says transformers does (5.23 and 5.24, make test-hf-latest): after a
+    # video of 4 frames spaced 2 apart (times 2, 4, 6, 8) the text starts at
+    # start + max(h, w) = 4, below the later frames, while rope_deltas (-12) continues
+    # decoding from 9. If transformers changes this, this test fails: update the chapter.
+    import functools
+    import types
+
+    model = qwen2_5_vl.Qwen2_5_VLModel
+    vision = types.SimpleNamespace(spatial_merge_size=1, tokens_per_second=2)
+    fake = types.SimpleNamespace(config=types.SimpleNamespace(vision_config=vision))
+    fake.get_vision_position_ids = functools.partial(model.get_vision_position_ids, fake)
+    kinds = [0] * 2 + [2] * (4 * 2 * 2) + [0] * 3  # text, a video, text
+    positions, deltas = model.get_rope_index(
+        fake,
+        torch.zeros(1, len(kinds), dtype=torch.long),
+        torch.tensor([kinds]),
+        video_grid_thw=torch.tensor([[4, 2, 2]]),
+        second_per_grid_ts=torch.tensor([1.0]),
+    )
+    theirs = positions[:, 0].T
+    assert theirs[2:18, 0].unique().tolist() == [2, 4, 6, 8]
+    assert theirs[18:].tolist() == [[4] * 3, [5] * 3, [6] * 3]  # pecode: 9, 10, 11
+    assert int(deltas) == -12  # decoding continues at 21 - 12 = 9
+    assert len(kinds) + int(deltas) == int(theirs.max()) + 1  # one past the last frame
+    ours, after = mrope_positions([2, (4, 2, 2, 2), 3])
+    assert torch.equal(ours[:18], theirs[:18])  # the same up to the text after the video
+    assert ours[18:, 0].tolist() == [9, 10, 11]
+    assert after == 12
+
+
 @pytest.mark.parametrize(
     ("segments", "error", "match"),
     [

@@ -1,4 +1,4 @@
-"""Chapter 10's long-context proofs: each holds, its false neighbour fails for the stated
+"""Chapter 11's long-context proofs: each holds, its false neighbour fails for the stated
 reason, and the rule each proof is about is the rule pecode.scaling computes."""
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """The verdict pages quote the measurement chapters' numbers exactly.
 
-``book/which_encoding.md`` reprints two tables: chapter 12's accuracies (outputs that
-nbval re-executes and compares) and chapter 11's per-layer costs (one recorded run);
+``book/which_encoding.md`` reprints two tables: chapter 13's accuracies (outputs that
+nbval re-executes and compares) and chapter 12's per-layer costs (one recorded run);
 ``book/scorecard.md`` quotes the same costs in its cost table. The pages (and chapter
-11's own prose) quote RoPE's measured ratios as chapter 11 prints them, ``median [q1,
+12's own prose) quote RoPE's measured ratios as chapter 12 prints them, ``median [q1,
 q3]`` of per-round ratios, and its decode-step times in µs: each quoted spread must be
-one that chapter 11 printed, in a sentence that names what was measured (the layout,
+one that chapter 12 printed, in a sentence that names what was measured (the layout,
 ``out=``, forward + backward, the yardstick), and no page may quote a ratio to a
 ``clone``, which also pays for fresh memory pages and is no bandwidth bound. So the
-pages cannot drift from the measurements they are grounded in: re-executing chapter 11
+pages cannot drift from the measurements they are grounded in: re-executing chapter 12
 makes these tests say which numbers to update.
 """
 
@@ -26,12 +26,12 @@ BOOK = ROOT / "book"
 PAGE = BOOK / "which_encoding.md"
 SCORECARD = BOOK / "scorecard.md"
 CHAPTER_11 = "11_costs.ipynb"
-# the pages that quote RoPE's cost; each must quote at least one of chapter 11's ratios
+# the pages that quote RoPE's cost; each must quote at least one of chapter 12's ratios
 ROPE_PAGES = ["which_encoding.md", "scorecard.md", "source_tables.md", "errata.md"]
 
 NUMBER = r"\d+(?:\.\d+)?"
 SPREAD = re.compile(rf"{NUMBER} \[{NUMBER}, {NUMBER}\]")
-# a time quoted in µs or ms; its number must be one chapter 11 printed
+# a time quoted in µs or ms; its number must be one chapter 12 printed
 TIME = re.compile(rf"(?<![\w.])({NUMBER}) (?:µs|ms)\b")
 PRINTED_NUMBER = re.compile(rf"(?<![\w.]){NUMBER}(?![\w])")
 # a number followed by "times a clone", "× a `clone`", "x clone": a ratio to a clone
@@ -61,7 +61,7 @@ def printed_lines(name: str) -> list[str]:
     """Every line that the code cells of ``name`` printed or showed as a table.
 
     Committed stream outputs, and the plain-text form of displayed ones (a
-    ``pecode.Table``, such as chapter 11's collapsed table of every measurement).
+    ``pecode.Table``, such as chapter 12's collapsed table of every measurement).
     """
     lines = []
     for cell in _cells(name):
@@ -99,7 +99,7 @@ def test_accuracy_table_equals_chapter_12_output():
 
 
 def chapter_11_costs_at_512() -> dict[str, list[str]]:
-    """Chapter 11's printed parameters, extra MiB and time ratio per encoding at L = 512.
+    """Chapter 12's printed parameters, extra MiB and time ratio per encoding at L = 512.
 
     The time ratio is the per-round ratio's ``median [q1, q3]``, as printed.
     """
@@ -152,7 +152,7 @@ def test_scorecard_costs_equal_chapter_11_output_at_512():
         assert abs(float(re.match(r"[\d.]+", time_cell)[0]) - median) <= 0.051, row
 
 
-# --- RoPE's ratios and decode times, quoted from chapter 11 -------------------------------
+# --- RoPE's ratios and decode times, quoted from chapter 12 -------------------------------
 
 LABELLED = re.compile(
     rf"(?P<method>\S.*?) / (?P<yardstick>\S.*?)\s{{2,}}(?P<spread>{SPREAD.pattern})"
@@ -160,7 +160,7 @@ LABELLED = re.compile(
 
 
 def chapter_11_ratios() -> dict[str, list[tuple[str, str]]]:
-    """{'m [q1, q3]': [(method, yardstick), ...]} of chapter 11's lines of labelled ratios.
+    """{'m [q1, q3]': [(method, yardstick), ...]} of chapter 12's lines of labelled ratios.
 
     A labelled ratio is printed ``method / yardstick   m [q1, q3]`` (two spaces or more
     before the spread).
@@ -212,7 +212,7 @@ def names_what_it_quotes(sentence: str, method: str, yardstick: str) -> bool:
 def quotes_that_differ(text: str, notebook: str = CHAPTER_11) -> list[str]:
     """The spreads and times in ``text`` that ``notebook`` did not print as they are used.
 
-    A spread ``m [q1, q3]`` must be printed by the notebook, and if chapter 11 printed it
+    A spread ``m [q1, q3]`` must be printed by the notebook, and if chapter 12 printed it
     as a labelled ratio, the sentence must name that ratio's method and yardstick. A time
     in µs or ms must be a number the notebook printed.
     """
@@ -225,7 +225,7 @@ def quotes_that_differ(text: str, notebook: str = CHAPTER_11) -> list[str]:
     for match in SPREAD.finditer(text):
         sentence = sentence_around(text, match.start(), match.end())
         if match[0] not in every_spread:
-            wrong.append(f"{match[0]} is not printed by chapter 11: {sentence!r}")
+            wrong.append(f"{match[0]} is not printed by chapter 12: {sentence!r}")
         elif match[0] in ratios and not any(
             names_what_it_quotes(sentence, *label) for label in ratios[match[0]]
         ):
@@ -255,7 +255,7 @@ def test_chapter_prose_quotes_what_it_printed(notebook):
 
 @pytest.mark.parametrize("page", ROPE_PAGES)
 def test_page_quotes_rope_ratios_as_chapter_11_printed_them(page):
-    """Every ``m [q1, q3]`` and time on the page is chapter 11's, next to what it measures."""
+    """Every ``m [q1, q3]`` and time on the page is chapter 12's, next to what it measures."""
     text = (BOOK / page).read_text(encoding="utf-8")
     assert not quotes_that_differ(text)
     ratios = chapter_11_ratios()

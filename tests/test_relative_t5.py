@@ -181,7 +181,7 @@ def test_t5_logarithm_is_float32_as_in_t5(num_buckets, max_distance, offset, exa
 
 def test_t5_bias_is_heads_first_and_contiguous():
     # given as a float mask, a strided [Lq, Lk, H] view makes CUDA's fused attention copy
-    # the whole mask at every call (chapter 11, measured once on an H100: 66 MiB of new
+    # the whole mask at every call (chapter 12, measured once on an H100: 66 MiB of new
     # tensors instead of 2 at L = 1024); the values are the table's rows by bucket
     t5 = T5RelativePositionBias(4)
     positions = torch.arange(12)

@@ -151,7 +151,7 @@ def test_dynamic_matches_hugging_face(seq_len):
 def test_dynamic_at_four_times_the_trained_length_is_static_ntk_with_factor_13():
     # s L/L0 - (s - 1) = 4 * 4 - 3 = 13: the HF form at 4 L0 is the NTK rule with factor
     # 13, which leaves no pair at an unseen angle; the paper's form there is the NTK rule
-    # with factor 4, which does (chapter 10, Figure 10.3).
+    # with factor 4, which does (chapter 11, Figure 11.3).
     length = 4 * 4096
     plain = freqs("default")[0]
     ours = freqs("dynamic", factor=4.0, original_max_position_embeddings=4096, seq_len=length)[0]
@@ -721,7 +721,7 @@ def test_unseen_angle_pairs_by_hand():
 
 
 def test_every_pair_turns_once_below_a_largest_base_and_no_smallest():
-    # Chapter 10, exercise 1. Over L0 = 4096 positions pair i turns L0 b^(-2i/d) / (2π)
+    # Chapter 11, exercise 1. Over L0 = 4096 positions pair i turns L0 b^(-2i/d) / (2π)
     # times; a smaller base speeds every pair up, so the bases for which every pair turns
     # at least once form an interval (1, b*] with no smallest element, and the slowest pair
     # (i = 63) sets b* = (L0 / 2π)^(d / (d - 2)) = 722.52. The fastest pair, θ_0 = 1, is
@@ -737,6 +737,6 @@ def test_every_pair_turns_once_below_a_largest_base_and_no_smallest():
         assert bool((turns(base) >= 1).all()), base
     assert math.isclose(turns(largest)[-1].item(), 1.0, rel_tol=1e-12)
     assert turns(largest * (1 + 1e-9))[-1] < 1
-    assert int((turns(10000.0) < 1).sum()) == 18  # chapter 10's base: 18 pairs short of a turn
+    assert int((turns(10000.0) < 1).sum()) == 18  # chapter 11's base: 18 pairs short of a turn
     for base in (2.0, largest, 10000.0, 1e6):
         assert default_inv_freq_loop(dim, base)[0].item() == 1.0

@@ -227,7 +227,7 @@ def test_what_each_scheme_adds_to_attention():
 
 
 def test_positions_past_training_bring_new_angles_only_to_the_slow_pairs():
-    """Chapter 12's sinusoidal model (width 64, trained at L = 32, tested to 8L).
+    """Chapter 13's sinusoidal model (width 64, trained at L = 32, tested to 8L).
 
     A float64 loop over every test position and every training position finds, for
     each pair, how far the test angle is from the nearest angle seen in training (on the

@@ -55,7 +55,7 @@ def execute(path: Path) -> float:
     start = time.perf_counter()
     client = NotebookClient(
         nb,
-        timeout=1800,  # chapter 13 trains 25 models in one cell (about ten minutes)
+        timeout=1800,  # chapter 14 trains 25 models in one cell (about ten minutes)
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
         record_timing=False,

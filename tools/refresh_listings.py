@@ -4,7 +4,7 @@ Usage: python tools/refresh_listings.py [notebooks/NN_topic.ipynb ...]   (defaul
 
 A listing's output is the package's source as ``show_source`` renders it: after an edit to
 pecode, or to a listing's arguments, this brings the listings up to date without
-re-running a notebook (chapters 12 and 13 train for minutes). nbval then checks the result
+re-running a notebook (chapters 13 and 14 train for minutes). nbval then checks the result
 like any other output. In a listing cell (``listing_calls``), each call's ``obj`` is a name
 the notebook imports or a dotted path from ``pecode``, and its keyword arguments are
 literals. The cell's execution count is kept.

@@ -20,13 +20,13 @@ the yardsticks are two copies of the query and the key:
   first write to each fresh page costs a page fault. Whether a size pays therefore
   depends on the size and on what the process allocated and freed before (a free
   heap block large enough is reused without faults), so the same ``clone`` can cost
-  about one ``copy_`` in one round and several in the next (chapter 11 shows both):
+  about one ``copy_`` in one round and several in the next (chapter 12 shows both):
   "a small multiple of a clone" is no bandwidth bound. The default sizes
   (:func:`bench_rope_sweep`) run across that range.
 
 Run ``python -m pecode.bench`` for the RoPE table (``--help`` for sizes, rounds, dtype,
 threads and device). :func:`bench_shaw`, :func:`bench_bias_attention` and
-:func:`encoding_costs` compare the other encodings of chapter 11 the same way
+:func:`encoding_costs` compare the other encodings of chapter 12 the same way
 (:class:`Comparison`), with the tensor memory of each method (:func:`peak_tensor_memory`).
 :func:`recorded_cases` loads the runs the book quotes but a reader's machine cannot
 repeat (a GPU's).
@@ -40,7 +40,7 @@ The package has one module per part; every name above is importable from
 * ``pecode.bench.rope_cases``: the RoPE methods and cases (:func:`rope_methods`,
   :class:`Case`, :func:`bench_rope_case`, :func:`bench_rope_sweep`,
   :func:`bench_rope_decode`, :func:`format_cases`, :func:`cases_table`);
-* ``pecode.bench.attention_cases``: chapter 11's other comparisons
+* ``pecode.bench.attention_cases``: chapter 12's other comparisons
   (:class:`Comparison`, :func:`bench_shaw`, :func:`bench_bias_attention`,
   :func:`encoding_layers`, :func:`encoding_costs`);
 * ``pecode.bench.records``: the recorded runs (:data:`RECORDS`, :func:`recorded_cases`),

@@ -1,4 +1,4 @@
-"""The other encodings of chapter 11, each compared side by side with its memory.
+"""The other encodings of chapter 12, each compared side by side with its memory.
 
 A :class:`Comparison` holds methods timed together in interleaved rounds, the peak tensor
 memory of each (:func:`~pecode.bench.harness.peak_tensor_memory`) and the largest
@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 # --------------------------------------------------------------------------------------
-# Side-by-side comparisons of chapter 11: Shaw's two forms, the bias attentions, and one
+# Side-by-side comparisons of chapter 12: Shaw's two forms, the bias attentions, and one
 # attention layer per encoding, each timed in interleaved rounds with its memory
 # --------------------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> list[Case]:
     Prints :func:`format_cases` of :func:`bench_rope_sweep` and :func:`bench_rope_decode`
     for each ``--dtype`` (``--help`` lists the options), and returns the cases; with
     ``--json PATH`` also writes their :meth:`Case.as_dict` records. ``--attention``
-    adds chapter 11's comparisons of Shaw's two forms and of the bias attentions.
+    adds chapter 12's comparisons of Shaw's two forms and of the bias attentions.
     """
     parser = argparse.ArgumentParser(
         prog="python -m pecode.bench",

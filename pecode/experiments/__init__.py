@@ -1,4 +1,4 @@
-"""Small training runs: train short, test long (chapter 12).
+"""Small training runs: train short, test long (chapter 13).
 
 One tiny decoder-only Transformer, identical in size and training budget for every
 position scheme, learns synthetic tasks at one length and is evaluated at longer ones.
@@ -16,7 +16,7 @@ The pieces:
   window), :func:`with_rope_scaling` (a trained RoPE model read with long-context
   frequencies, the YaRN paper's ramp included);
 * ``pecode.experiments.training``: the one training loop (AdamW, warm-up and cosine
-  decay, clipping) of this chapter's models and chapter 13's;
+  decay, clipping) of this chapter's models and chapter 14's;
 * ``pecode.experiments.stats``: Student's t-interval of per-seed differences, and the
   simulation that shows its coverage;
 * here: :class:`ExperimentConfig`, :func:`train`, :func:`evaluate`,
@@ -132,7 +132,7 @@ __all__ = [
 class ExperimentConfig:
     """Tasks, model and training budget; identical for every scheme.
 
-    The defaults are chapter 12's experiment.
+    The defaults are chapter 13's experiment.
 
     Attributes:
         train_length: ``L``, the length of every training sequence.
@@ -306,7 +306,7 @@ def evaluate(
     """Per-position accuracy and mean cross-entropy of ``model`` on one test set.
 
     For a model with one task (every logit is a class of ``targets``); the two-task
-    model of chapter 12 is evaluated with :func:`evaluate_probes`.
+    model of chapter 13 is evaluated with :func:`evaluate_probes`.
 
     Shapes::
 
@@ -606,10 +606,10 @@ def paired_differences(
     One row per probe and test length where both models are defined and scored (the
     far needle has no positions at the training length, so it starts at ``2L``): the
     mean of each over the seeds, and Student's t-interval of the paired differences
-    (:meth:`ExperimentResult.paired`, chapter 12's intervals). Like every interval of
-    chapter 12, it covers the spread of test sequences as well as of training seeds.
+    (:meth:`ExperimentResult.paired`, chapter 13's intervals). Like every interval of
+    chapter 13, it covers the spread of test sequences as well as of training seeds.
     With ``signs``, also how many seeds went each way; off by default, because, as
-    chapter 12 notes, a seed whose difference is near zero can change sides on another
+    chapter 13 notes, a seed whose difference is near zero can change sides on another
     CPU, and a notebook's printed output must not.
 
     Raises:

@@ -1,4 +1,4 @@
-"""The model of chapter 12 and the ways a trained RoPE model can be read at longer lengths.
+"""The model of chapter 13 and the ways a trained RoPE model can be read at longer lengths.
 
 * :class:`TinyDecoder`: embeddings, an optional absolute encoding, pre-LN blocks built
   on :class:`~pecode.attention.MultiHeadAttention`, and a linear read-out; ``window=``
@@ -61,7 +61,7 @@ SCHEMES: tuple[str, ...] = ("none", "sinusoidal", "learned", "t5", "alibi", "rop
 
 HYBRID_SCHEMES: tuple[str, ...] = ("rope_nope",)
 """Stacks that mix schemes layer by layer, accepted beside ``SCHEMES`` but not in it (a
-sweep over ``SCHEMES`` stays chapter 12's): ``"rope_nope"`` is RoPE with NoPE layers
+sweep over ``SCHEMES`` stays chapter 13's): ``"rope_nope"`` is RoPE with NoPE layers
 in the pattern of :func:`pecode.layer_pattern.nope_layers`."""
 
 NOPE_EVERY: int = 4
@@ -154,7 +154,7 @@ class TinyDecoder(nn.Module):
     position information at all: only the causal mask (NoPE, Kazemnejad et al. 2023).
     ``rope_nope`` is RoPE in every layer except the NoPE ones of
     ``nope_layers(num_layers, every=nope_every)``, the last of each group of
-    ``nope_every`` (Llama 4, SmolLM3; with chapter 12's two layers and the default
+    ``nope_every`` (Llama 4, SmolLM3; with chapter 13's two layers and the default
     interval: RoPE, then NoPE). RoPE has no parameters, so a ``rope_nope`` model has the
     same parameters as a ``rope`` one, under the same names, and the same seed
     initializes them identically.
@@ -169,7 +169,7 @@ class TinyDecoder(nn.Module):
         max_len: the training length; rows of the learned table, and T5's
             ``max_distance`` (at least 16, which T5's 16 decoder buckets need).
         dim, num_heads, num_layers: width, heads per layer, blocks.
-        output_size: logits per position (default ``vocab_size``); chapter 12 reads
+        output_size: logits per position (default ``vocab_size``); chapter 13 reads
             two tasks from one model, so its read-out has both tasks' classes.
         nope_every: ``rope_nope`` only: one NoPE layer in every ``nope_every``, the last
             of each group (default ``min(NOPE_EVERY, num_layers)``).
@@ -306,7 +306,7 @@ def yarn_paper_frequencies(
     Outside they agree only where the code's ends fall where the paper's do: the code
     clips its low end to pair 0, so when even pair 0 turns fewer than ``beta`` times
     (``L0 < 2π β``) the code still keeps pair 0 whole, while the paper divides part of
-    it (chapter 12 prints both at ``L0 = 32``).
+    it (chapter 13 prints both at ``L0 = 32``).
 
     Shapes::
 

@@ -1,4 +1,4 @@
-"""The synthetic tasks of chapter 12: a local lookup and a retrieval from far back.
+"""The synthetic tasks of chapter 13: a local lookup and a retrieval from far back.
 
 * :func:`delayed_copy_batch`, the *local* probe: i.i.d. uniform tokens, and at every
   position ``t >= offset`` the target is the token ``offset`` places back,
@@ -110,7 +110,7 @@ def needle_copy_batch(
     needle_span: int,
     generator: torch.Generator,
 ) -> NeedleCopyBatch:
-    """Delayed copy plus one needle per sequence (the two probes of chapter 12).
+    """Delayed copy plus one needle per sequence (the two probes of chapter 13).
 
     Each row: ``length`` i.i.d. uniform fillers from ``0 .. vocab_size - 1``; then one
     position ``p``, uniform in ``0 .. needle_span - 1``, is overwritten with the needle

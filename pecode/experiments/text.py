@@ -1,6 +1,6 @@
-"""Train short, test long on real text: a character-level language model (chapter 13).
+"""Train short, test long on real text: a character-level language model (chapter 14).
 
-The synthetic tasks of chapter 12 ask one question each. Real text asks them all at
+The synthetic tasks of chapter 13 ask one question each. Real text asks them all at
 once: a language model trained on windows of ``L`` characters is read on inputs of
 ``2L`` and ``4L``, and we watch its perplexity, as Press et al. (2022) do in Figure 1 of
 the ALiBi paper, here on a laptop CPU.
@@ -27,7 +27,7 @@ the ALiBi paper, here on a laptop CPU.
   over seeds of the per-seed log perplexity ratios. Since each seed has its own
   segments, that spread holds both the training seed and the sampled text.
 
-Everything runs on the CPU with a fixed number of threads, like chapter 12's runs.
+Everything runs on the CPU with a fixed number of threads, like chapter 13's runs.
 """
 
 from __future__ import annotations
@@ -284,7 +284,7 @@ def nonoverlapping_losses(
 class TextConfig:
     """Model, training budget and evaluation, identical for every scheme.
 
-    The defaults are chapter 13's settings.
+    The defaults are chapter 14's settings.
 
     Attributes:
         train_length: ``L``, the characters of every training window.

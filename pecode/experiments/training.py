@@ -1,8 +1,8 @@
-"""The one training loop of chapters 12 and 13: AdamW, warm-up and cosine decay, clipping.
+"""The one training loop of chapters 13 and 14: AdamW, warm-up and cosine decay, clipping.
 
 Both chapters train a :class:`~pecode.experiments.TinyDecoder` the same way and differ
-only in what a step's loss is (a copy and a needle in chapter 12, the next character in
-chapter 13), so :func:`fit` takes that loss as a function and owns everything else.
+only in what a step's loss is (a copy and a needle in chapter 13, the next character in
+chapter 14), so :func:`fit` takes that loss as a function and owns everything else.
 """
 
 from __future__ import annotations

@@ -67,15 +67,15 @@ def absorbed_key_projection(order: str = "W_UQ^T W_UK") -> Proof:
     ``q = W_UQ c_q`` and ``k = W_UK c_kv``, so ``qᵀk = c_qᵀ (W_UQᵀ W_UK) c_kv``: the
     ``r_q × r_kv`` matrix ``W_UQᵀ W_UK`` is computed once, and attention runs on the
     cached latents without expanding any key. ``order="W_UK^T W_UQ"`` is the neighbour
-    that multiplies the projections the other way round (``W_UKᵀ W_UQ``, the transpose,
-    with the latents swapped to fit): it fails.
+    that multiplies the projections the other way round, ``c_qᵀ (W_UKᵀ W_UQ) c_kv``
+    (the transposed matrix between the same latents): it fails.
     """
     if order == "W_UQ^T W_UK":
-        absorbed, rhs = _W_UQ.T * _W_UK, _c_q.T * (_W_UQ.T * _W_UK) * _c_kv
+        rhs = _c_q.T * (_W_UQ.T * _W_UK) * _c_kv
     elif order == "W_UK^T W_UQ":
-        absorbed = _W_UK.T * _W_UQ
-        rhs = _c_kv.T * absorbed * _c_q  # shapes fit, the value does not
-        rhs = rhs.subs({_c_kv[i]: _c_kv[(i + 1) % _KV_RANK] for i in range(_KV_RANK)})
+        # the transposed fold between the same latents (the ranks are equal here, so
+        # the shapes fit): W_UKᵀ W_UQ is (W_UQᵀ W_UK)ᵀ, not the same matrix
+        rhs = _c_q.T * (_W_UK.T * _W_UQ) * _c_kv
     else:
         raise ValueError(f"order must be 'W_UQ^T W_UK' or 'W_UK^T W_UQ', got {order!r}")
     q, k = _W_UQ * _c_q, _W_UK * _c_kv
@@ -254,3 +254,5 @@ CASES: tuple[ProofCase, ...] = (
         (2, 4),
     ),
 )
+"""Every proof about MLA's absorption and decoupled RoPE with its false neighbour and the
+steps where that one fails."""

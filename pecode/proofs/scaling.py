@@ -1,4 +1,4 @@
-"""Proofs about the long-context RoPE rules (chapter 10), for symbolic sizes and factors.
+"""Proofs about the long-context RoPE rules (chapter 11), for symbolic sizes and factors.
 
 The head dimension ``d``, the base ``b``, the factor ``s`` and the lengths are positive
 symbols, so each statement holds for every value, not for one configuration. In every
