@@ -858,10 +858,49 @@ def _hf_rope_type(block: dict[str, Any], where: str, model_type: Any) -> str:
     return rope_type
 
 
-def _hf_head_dim(config: Mapping[str, Any], head_dim: int | None) -> int:
+def _hf_layer_type_head_dim(
+    config: Mapping[str, Any], layer_type: str | None
+) -> tuple[str, Any] | None:
+    """The head width of ``layer_type``'s layers where the config gives them their own:
+    transformers' ``per_layer_config`` (a config object's ``to_dict()``, keyed by layer
+    index) or a published Gemma 4 config's ``global_head_dim`` (its full-attention
+    layers; transformers turns it into ``per_layer_config``)."""
+    if layer_type is None:
+        return None
+    per_layer, kinds = config.get("per_layer_config"), config.get("layer_types")
+    if per_layer and kinds:
+        widths = {
+            (per_layer.get(str(i)) or per_layer.get(i) or {}).get("head_dim")
+            for i, kind in enumerate(kinds)
+            if kind == layer_type
+        }
+        if len(widths) > 1:
+            raise ValueError(
+                f"per_layer_config: the {layer_type} layers have different head widths "
+                f"{sorted(widths, key=str)}; one RoPE table per layer type needs one width"
+            )
+        width = next(iter(widths), None)
+        return None if width is None else (f"per_layer_config's {layer_type} head_dim", width)
+    if layer_type == "full_attention" and config.get("global_head_dim") is not None:
+        return "global_head_dim", config["global_head_dim"]
+    if layer_type == "full_attention" and config.get("model_type") in ("gemma4", "gemma4_text"):
+        raise ValueError(
+            "global_head_dim: a Gemma 4 config without it gets transformers' class default "
+            "(512) on its full-attention layers, not head_dim; add it to the config"
+        )
+    return None
+
+
+def _hf_head_dim(
+    config: Mapping[str, Any], head_dim: int | None, layer_type: str | None = None
+) -> int:
     # The width RoPE applies to: DeepSeek's multi-head latent attention rotates only
-    # qk_rope_head_dim features (its transformers config sets head_dim to it).
-    if config.get("qk_rope_head_dim") is not None:
+    # qk_rope_head_dim features (its transformers config sets head_dim to it); Gemma 4's
+    # full-attention layers have their own width.
+    own = _hf_layer_type_head_dim(config, layer_type)
+    if own is not None:
+        where, value = own
+    elif config.get("qk_rope_head_dim") is not None:
         where, value = "qk_rope_head_dim", config["qk_rope_head_dim"]
     elif config.get("head_dim") is not None:
         where, value = "head_dim", config["head_dim"]
@@ -952,7 +991,9 @@ def hf_rope_arguments(
         head_dim: the per-head width, for configs that spell it in their own way
             (GPT-J's ``n_embd / n_head``); it must agree with the config's if both give one.
         layer_type: which layer type's block to read (``"full_attention"``,
-            ``"sliding_attention"``, ...), for the configs above.
+            ``"sliding_attention"``, ...), for the configs above; a layer type with a
+            head width of its own (transformers' ``per_layer_config``, Gemma 4's
+            ``global_head_dim`` on its full-attention layers) is read with it.
 
     Raises:
         TypeError: ``config`` is neither a dict nor a transformers config, or a value
@@ -993,7 +1034,7 @@ def hf_rope_arguments(
             "default_theta, which is not 10000 for every class); add it to the config"
         )
     base = check_rope_base("rope_theta", theta)
-    head_dim = _hf_head_dim(config, head_dim)
+    head_dim = _hf_head_dim(config, head_dim, layer_type)
     fraction = _agreed(
         "partial_rotary_factor",
         (f"{where}['partial_rotary_factor']", block.get("partial_rotary_factor")),
