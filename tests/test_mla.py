@@ -11,6 +11,7 @@ for the rotary part, must differ.
 from __future__ import annotations
 
 import copy
+import inspect
 
 import pytest
 import torch
@@ -265,7 +266,11 @@ def test_cache_entries_measured_in_transformers_and_pecode_caches():
     hook = first.register_forward_pre_hook(keep_input, with_kwargs=True)
     cache = DynamicCache(config=config)
     with torch.no_grad():
-        model(ids, past_key_values=cache, use_cache=True)
+        # transformers 5.24 renamed past_key_values to cache
+        parameters = inspect.signature(type(model).forward).parameters
+        model(
+            ids, use_cache=True, **{"cache" if "cache" in parameters else "past_key_values": cache}
+        )
     hook.remove()
     for index, layer in enumerate(cache.layers):
         stored = layer.keys.numel() + layer.values.numel()

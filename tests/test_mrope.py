@@ -17,6 +17,8 @@ out) and their apply functions, on tiny configs built by transformers' config cl
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
@@ -319,14 +321,17 @@ def _their_decode_positions(deltas: torch.Tensor, past: int, batch: int) -> torc
 
     fake = types.SimpleNamespace(rope_deltas=deltas)
     cache = types.SimpleNamespace(get_seq_length=lambda: past)
-    ids = qwen2_5_vl.Qwen2_5_VLModel.compute_3d_position_ids(
+    compute = qwen2_5_vl.Qwen2_5_VLModel.compute_3d_position_ids
+    # transformers 5.24 renamed past_key_values to cache
+    name = "cache" if "cache" in inspect.signature(compute).parameters else "past_key_values"
+    ids = compute(
         fake,
         input_ids=None,
         image_grid_thw=None,
         video_grid_thw=None,
         inputs_embeds=torch.zeros(batch, 1, 64),
         attention_mask=None,
-        past_key_values=cache,
+        **{name: cache},
     )
     return ids.movedim(0, -1)  # [3, B, 1] -> [B, 1, 3]
 
