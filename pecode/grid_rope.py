@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from pecode._checks import check_bool, check_heads, check_int, check_integer_tensor
 from pecode.attention import PositionScheme
 from pecode.frequencies import check_rope_base, check_rope_dim
-from pecode.rope import apply_rope, rope_cos_sin, rope_inv_freq
+from pecode.rope import _check_layout, apply_rope, rope_cos_sin, rope_inv_freq
 
 __all__ = ["AxialRotaryEmbedding", "MixedRotaryEmbedding", "grid_positions"]
 
@@ -59,12 +59,6 @@ def _check_head_dim(head_dim: object) -> int:
             f"head_dim must be a multiple of 4 (half of its pairs per axis), got {head_dim}"
         )
     return head_dim
-
-
-def _check_layout(layout: object) -> str:
-    if layout not in ("half", "interleaved"):
-        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
-    return layout
 
 
 def _check_grid(name: str, positions: object, least: int = 2, most: int = 3) -> Tensor:
@@ -131,7 +125,8 @@ class AxialRotaryEmbedding(PositionScheme):
     def __init__(self, head_dim: int, *, base: float = 10000.0, layout: str = "half") -> None:
         super().__init__()
         self.head_dim = _check_head_dim(head_dim)
-        self.base, self.layout = check_rope_base("base", base), _check_layout(layout)
+        _check_layout(layout)  # pecode.rope's, as RotaryEmbedding checks it
+        self.base, self.layout = check_rope_base("base", base), layout
         # float64 here, rounded to float32 (or kept, for float64 inputs) per call
         self.inv_freq = rope_inv_freq(head_dim // 2, self.base, dtype=torch.float64)
 
@@ -251,7 +246,8 @@ class MixedRotaryEmbedding(PositionScheme):
     ) -> None:
         super().__init__()
         self.head_dim, self.num_heads = _check_head_dim(head_dim), check_int("num_heads", num_heads)
-        self.base, self.layout = check_rope_base("base", base), _check_layout(layout)
+        _check_layout(layout)  # pecode.rope's, as RotaryEmbedding checks it
+        self.base, self.layout = check_rope_base("base", base), layout
         self.random_directions = check_bool("random_directions", random_directions)
         self.frequencies = nn.Parameter(torch.empty(num_heads, head_dim // 2, 2))
         self.reset_parameters(generator)
