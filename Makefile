@@ -27,8 +27,13 @@ book: $(STAMP)
 	$(BIN)/jupyter-book build . -W -n --keep-going
 	@echo "Book built: open $(CURDIR)/_build/html/index.html"
 
+# pytest-xdist: one worker per core, a file at a time (a notebook's cells share a kernel;
+# conftest.py hands out the longest files first). WORKERS=1 runs it all in one process.
+WORKERS ?= auto
+XDIST = -n $(WORKERS) --dist loadfile --no-loadscope-reorder
+
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(XDIST)
 
 # Every notebook once more, with other float kernels than make test's on an AVX-512 CPU:
 # ATen's AVX2 kernels, MKL's conditional-reproducibility compatible code path (another
@@ -36,7 +41,7 @@ test: $(STAMP)
 # The committed outputs must still pass: they are properties of the math, not of the
 # machine that wrote them (tests/nbval_tolerance.py says how numbers are compared).
 test-other-cpu: $(STAMP)
-	ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 $(BIN)/python -m pytest notebooks
+	ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 $(BIN)/python -m pytest $(XDIST) notebooks
 
 # Headless Chromium for the browser tests (tests/test_browser_*.py), which open built pages
 # offline: MathJax (vendored by book/_ext/mathjax_offline.py) typesets them, search lists

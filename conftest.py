@@ -10,6 +10,7 @@ Progress bars must therefore write to stdout (pecode's do).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -18,7 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from hypothesis import HealthCheck, settings
+
+from pecode.experiments.trained_cache import CACHE_VARIABLE
 
 sys.path.insert(0, str(Path(__file__).parent / "tests"))  # the test helpers, as tests import them
 pytest_plugins = ["pytester"]  # for tests/test_nbval_tolerance.py
@@ -41,6 +45,25 @@ def _stderr_of(outputs) -> str:
     )
 
 
+# `make test` spreads the files over the cores (pytest-xdist, --dist loadfile), handing
+# them out in collection order (--no-loadscope-reorder). The longest go first, so that
+# no core is left alone with one of them at the end; the rest keep their order.
+LONGEST_FIRST = (
+    "notebooks/13_real_text.ipynb",
+    "notebooks/12_train_short_test_long.ipynb",
+    "notebooks/11_costs.ipynb",
+    "tests/test_book.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:
+        file = item.nodeid.split("::", 1)[0]
+        return LONGEST_FIRST.index(file) if file in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     outcome = yield
@@ -49,6 +72,14 @@ def pytest_runtest_call(item):
         stderr = _stderr_of(test_outputs)
         if stderr:
             raise AssertionError(f"notebook cell wrote to stderr:\n{stderr}")
+
+
+@pytest.fixture(autouse=True)
+def _train_for_real(monkeypatch):
+    """Unit tests always train: a model from the opt-in cache of CI's notebook runs
+    (pecode/experiments/trained_cache.py) would make a test that trains twice and
+    compares vacuous. The notebooks' kernels, started by nbval, still see the variable."""
+    monkeypatch.delenv(CACHE_VARIABLE, raising=False)
 
 
 @dataclass(frozen=True)
@@ -60,14 +91,8 @@ class BookBuild:
     html: Path
 
 
-@pytest.fixture(scope="session")
-def book_build(tmp_path_factory) -> BookBuild:
-    """The whole book, built once per session as `make book` builds it (-W -n --keep-going).
-
-    Into a fresh folder, so that every page is read again and every warning counts.
-    tests/test_book.py checks that it succeeds; tests/test_browser_math.py opens its pages.
-    """
-    out = tmp_path_factory.mktemp("book")
+def _build_book(out: Path) -> dict:
+    """Run `jupyter-book build` as `make book` does, into ``out``; its status and output."""
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
     command = str(jupyter_book if jupyter_book.exists() else shutil.which("jupyter-book"))
     root = Path(__file__).resolve().parent
@@ -77,8 +102,30 @@ def book_build(tmp_path_factory) -> BookBuild:
         text=True,
         check=False,
     )
-    output = result.stdout[-6000:] + result.stderr[-6000:]
-    return BookBuild(result.returncode, output, out / "_build" / "html")
+    return {
+        "returncode": result.returncode,
+        "output": result.stdout[-6000:] + result.stderr[-6000:],
+    }
+
+
+@pytest.fixture(scope="session")
+def book_build(tmp_path_factory) -> BookBuild:
+    """The whole book, built once per run as `make book` builds it (-W -n --keep-going).
+
+    Into a fresh folder, so that every page is read again and every warning counts.
+    tests/test_book.py checks that it succeeds; tests/test_browser_math.py opens its pages.
+    Under pytest-xdist (`make test`) the workers share one build: the first to need it
+    builds it under a lock, the others wait and read its record.
+    """
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's folder, above every worker's own
+    out, record = base / "book", base / "book-build.json"
+    with FileLock(base / "book-build.lock"):
+        if not record.exists():
+            record.write_text(json.dumps(_build_book(out)))
+        built = json.loads(record.read_text())
+    return BookBuild(built["returncode"], built["output"], out / "_build" / "html")
 
 
 @pytest.fixture(scope="session")

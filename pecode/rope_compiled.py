@@ -571,7 +571,14 @@ def _build(key: tuple[str, torch.dtype]) -> Callable[..., Any]:
 
     layout, dtype = key
     source = _source(key)
-    options: dict[str, Any] = {"compile_threads": 1}  # compile in this process: no worker pool
+    options: dict[str, Any] = {
+        "compile_threads": 1,  # compile in this process: no worker pool
+        # Inductor's FX graph cache keys a graph without the vector ISA that
+        # ATEN_CPU_CAPABILITY picks: a kernel generated for AVX-512 and read back under
+        # avx2 ran with no error and gave wrong numbers (torch 2.13; under "default" it
+        # failed to compile). The C++ code cache, keyed by the compiler's flags, stays on.
+        "fx_graph_cache": False,
+    }
     if source is _interleaved_kernel:
         options["cpp.simdlen"] = 1
     name = f"rope_{layout}_{str(dtype).removeprefix('torch.')}"

@@ -399,6 +399,36 @@ def test_a_first_compile_writes_nothing_on_stderr(tmp_path):
     assert result.stderr == ""
 
 
+ACROSS_ISAS = """
+import torch
+from pecode.reference.rope import rope_loop
+from pecode.rope import apply_rope, rope_cos_sin, rope_inv_freq
+
+x = torch.randn(1, 4, 64, 64, generator=torch.Generator().manual_seed(0))
+cos, sin = rope_cos_sin(torch.arange(64), rope_inv_freq(64))
+got = apply_rope(x, cos, sin, compiled=True)
+print(float((got.double() - rope_loop(x.double(), torch.arange(64), layout="half")).abs().max()))
+"""
+
+
+@needs_compiler
+def test_a_kernel_compiled_under_one_vector_isa_is_right_under_another(tmp_path):
+    # Inductor's FX graph cache keys a graph without the ISA that ATEN_CPU_CAPABILITY
+    # picks (torch 2.13): a kernel cached under this machine's own vector ISA and read back
+    # under another gave wrong numbers (AVX-512, then avx2) or failed to compile (then
+    # "default", no vectors: the case that fails on any machine). Two processes share one
+    # cache folder, as `make test` and `make test-other-cpu` share /tmp's.
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    env.pop(rope_compiled.ENV_VAR, None)
+    for isa in (None, "default"):
+        run_env = {**env, "ATEN_CPU_CAPABILITY": isa} if isa else env
+        result = subprocess.run(
+            [sys.executable, "-c", ACROSS_ISAS], capture_output=True, text=True, env=run_env
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert float(result.stdout) <= 1e-5, f"ATEN_CPU_CAPABILITY={isa}: {result.stdout}"
+
+
 # --- the fallback, everywhere ------------------------------------------------------------
 
 

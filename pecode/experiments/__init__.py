@@ -66,6 +66,7 @@ from pecode.experiments.tasks import (
     delayed_copy_batch,
     needle_copy_batch,
 )
+from pecode.experiments.trained_cache import trained
 from pecode.experiments.training import fit
 from pecode.utils import Table, set_seed
 
@@ -480,8 +481,11 @@ def _train_and_probe(
     window: int | None,
     eval_seed: int,
 ) -> tuple[TinyDecoder, list[float], dict[str, dict[int, Probes | None]]]:
-    """One job of :func:`run_experiment`: train one model, probe every reading of it."""
-    model, losses = train(scheme, config, seed)
+    """One job of :func:`run_experiment`: train one model, probe every reading of it.
+
+    The training may come from :mod:`pecode.experiments.trained_cache` (opt-in); the
+    probing always runs."""
+    model, losses = trained(train, scheme, config, seed)
     test_generator = torch.Generator().manual_seed(eval_seed + seed)
     test_sets = {
         length: config.batch(config.eval_sequences, length, test_generator)

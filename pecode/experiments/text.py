@@ -53,6 +53,7 @@ from pecode.experiments import (
     with_rope_scaling,
 )
 from pecode.experiments.models import readings
+from pecode.experiments.trained_cache import trained
 from pecode.experiments.training import fit
 from pecode.utils import set_seed
 
@@ -551,8 +552,11 @@ def _train_and_read(
     window: int | None,
     eval_seed: int,
 ) -> tuple[TinyDecoder, list[float], dict[str, dict[int, Tensor | None]]]:
-    """One job of :func:`run_text_experiment`: train one model, read it every way."""
-    model, train_losses = train_language_model(scheme, config, seed, splits)
+    """One job of :func:`run_text_experiment`: train one model, read it every way.
+
+    The training may come from :mod:`pecode.experiments.trained_cache` (opt-in); the
+    reading always runs."""
+    model, train_losses = trained(train_language_model, scheme, config, seed, splits)
     longest = max(config.eval_lengths)
     generator = torch.Generator().manual_seed(eval_seed + seed)
     segments = held_out_windows(splits.test, longest, config.eval_windows, generator=generator)
