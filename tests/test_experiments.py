@@ -13,12 +13,14 @@ from pecode.experiments import (
     HYBRID_SCHEMES,
     IGNORE_INDEX,
     NOPE_EVERY,
+    P_ROPE_FRACTION,
     ROPE_READINGS,
     ROPE_SCALINGS,
     SCHEMES,
     ExperimentConfig,
     FrequencyRotary,
     NeedleCopyBatch,
+    SilencedPairs,
     TinyDecoder,
     attention_beyond,
     cpu_threads,
@@ -29,12 +31,15 @@ from pecode.experiments import (
     needle_copy_batch,
     paired_differences,
     run_experiment,
+    seed_test_sets,
     sliding_window_mask,
     train,
+    with_pairs_silenced,
     with_rope_scaling,
     yarn_paper_frequencies,
 )
 from pecode.layer_pattern import nope_layers
+from pecode.reference.rope import rope_loop
 from pecode.reference.scaling import yarn_inv_freq_code_loop, yarn_inv_freq_paper_loop
 from pecode.rope import RotaryEmbedding
 from pecode.scaling import rope_frequencies, yarn_correction_range
@@ -208,8 +213,9 @@ def _decoder(scheme, **kwargs):
 
 
 def test_rope_nope_is_a_hybrid_not_a_default_scheme():
-    assert HYBRID_SCHEMES == ("rope_nope",)
+    assert HYBRID_SCHEMES == ("rope_nope", "p_rope")
     assert "rope_nope" not in SCHEMES  # a sweep with the default schemes is chapter 13's
+    assert "p_rope" not in SCHEMES
     assert NOPE_EVERY == 4  # Llama 4's and SmolLM3's no_rope_layer_interval
 
 
@@ -268,6 +274,100 @@ def test_rope_nope_is_rope_with_one_layers_rotation_removed():
         as_nope = copy.deepcopy(hybrid)
         as_nope.blocks[0].attention.position = PositionScheme()
         assert torch.equal(as_nope(tokens), out_nope)
+
+
+# --- p-RoPE: the fastest quarter of each head's pairs rotates, the rest never ----------
+
+
+def test_p_rope_rotates_the_fastest_quarter_at_the_whole_heads_frequencies():
+    """Against rope_loop (float64) with the frequencies written out: pairs 0 and 1 of a
+    16-wide head at base^(-2i/16), the 6 others at frequency 0; with a rotated share of
+    its own width (exponent 2i/4, the other convention) the test would fail."""
+    assert P_ROPE_FRACTION == 0.25
+    position = _decoder("p_rope", dim=64, num_heads=4).blocks[0].attention.position
+    x = torch.randn(1, 3, 5, 16)
+    positions = torch.tensor([0, 1, 7, 50, 100])
+    theta = [10000.0 ** (-2 * i / 16) if i < 2 else 0.0 for i in range(8)]
+    expected = rope_loop(x.double(), positions, layout="half", inv_freq=theta)
+    got = position.rotate(x, positions)  # as the attention layer calls it
+    torch.testing.assert_close(got.double(), expected, rtol=0, atol=1e-5)
+    unrotated = [i for i in range(16) if i % 8 >= 2]  # pairs 2..7: features i and i + 8
+    assert torch.equal(got[..., unrotated], x[..., unrotated])
+
+
+def test_p_rope_has_rope_parameters_and_initialization():
+    torch.manual_seed(0)
+    rope = _decoder("rope")
+    torch.manual_seed(0)
+    partial = _decoder("p_rope")
+    named = dict(rope.named_parameters())
+    assert len(named) == len(dict(partial.named_parameters()))
+    for name, value in partial.named_parameters():
+        assert torch.equal(value, named[name]), name
+    tokens = torch.randint(7, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert not torch.allclose(partial(tokens), rope(tokens))  # the rotation differs
+
+
+def test_silenced_pairs_rotate_then_drop_those_query_features():
+    """Against rope_loop (float64): the query rotated, then pairs 1 and 3 of an 8-wide
+    head (features 1, 5, 3, 7) zeroed; the keys rotated and kept whole."""
+    rotary = RotaryEmbedding(8)
+    silenced = SilencedPairs(rotary, [3, 1])
+    q, k = torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
+    positions = torch.tensor([0, 3, 4, 9, 30])
+    got_q, got_k = silenced.transform_qk(q, k, positions, positions)
+    expected_q = rope_loop(q.double(), positions, layout="half")
+    expected_q[..., [1, 5, 3, 7]] = 0.0
+    torch.testing.assert_close(got_q.double(), expected_q, rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        got_k.double(), rope_loop(k.double(), positions, layout="half"), rtol=0, atol=1e-6
+    )
+    assert silenced.extra_repr() == "pairs=[3, 1]"
+
+
+def test_with_pairs_silenced_copies_the_model_and_changes_its_scores():
+    torch.manual_seed(0)
+    model = _decoder("p_rope", dim=64, num_heads=4)
+    before = {name: value.clone() for name, value in model.state_dict().items()}
+    tokens = torch.randint(7, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = model(tokens)
+        for pairs in ([0, 1], [2, 3, 4, 5, 6, 7]):
+            silenced = with_pairs_silenced(model, pairs)
+            assert silenced.state_dict().keys() == before.keys()
+            assert not torch.allclose(silenced(tokens), out)
+        assert torch.equal(model(tokens), out)  # the original is untouched
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name]), name
+
+
+def test_silencing_rejects_what_it_cannot_probe():
+    with pytest.raises(TypeError, match="TinyDecoder"):
+        with_pairs_silenced(object(), [0])
+    with pytest.raises(ValueError, match="scheme 'rope' or 'p_rope'"):
+        with_pairs_silenced(_decoder("t5"), [0])
+    with pytest.raises(TypeError, match="RotaryEmbedding"):
+        SilencedPairs(PositionScheme(), [0])
+    with pytest.raises(ValueError, match="half layout"):
+        SilencedPairs(RotaryEmbedding(8, layout="interleaved"), [0])
+    for bad in ([], [0, 0], [4]):
+        with pytest.raises(ValueError, match="pairs"):
+            SilencedPairs(RotaryEmbedding(8), bad)
+    with pytest.raises(TypeError, match="pairs"):
+        SilencedPairs(RotaryEmbedding(8), [1.0])
+
+
+def test_seed_test_sets_are_the_sets_run_experiment_read():
+    config = ExperimentConfig(**{**TINY_NEEDLE.__dict__, "steps": 2})
+    result = run_experiment(config, seeds=(0, 3), schemes=("p_rope",), rope_scalings=())
+    for seed, model in zip((0, 3), result.models["p_rope"], strict=True):
+        for length, batch in seed_test_sets(config, seed).items():
+            probes = evaluate_probes(model, batch, config)
+            index = (0, 3).index(seed)
+            assert float(probes.copy.nanmean()) == result.values("p_rope", length)[index]
+    with pytest.raises(ValueError, match="seed"):
+        seed_test_sets(config, -1)
 
 
 def test_rope_nope_rejects_bad_intervals():

@@ -20,7 +20,7 @@ import pecode
 from pecode.absolute import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from pecode.alibi import ALiBi
 from pecode.attention import ContentOnly, MultiHeadAttention
-from pecode.experiments.models import FrequencyRotary, TinyDecoder
+from pecode.experiments.models import FrequencyRotary, SilencedPairs, TinyDecoder
 from pecode.grid_rope import AxialRotaryEmbedding, MixedRotaryEmbedding
 from pecode.hf import HFLlamaAttention
 from pecode.mla import MultiHeadLatentAttention
@@ -129,6 +129,7 @@ def _cases() -> list[tuple[nn.Module, dict[str, object]]]:
         (MultiHeadLatentAttention(16, **mla_settings), {"embed_dim": 16, **mla_settings}),
         (TinyDecoder("alibi", **decoder_settings), {"scheme": "alibi", **decoder_settings}),
         (FrequencyRotary(torch.ones(6), 1.5), {"head_dim": 12, "attention_factor": 1.5}),
+        (SilencedPairs(RotaryEmbedding(8), [3, 1]), {"pairs": [3, 1]}),
         (
             TinyDecoder("rope_nope", **decoder_settings, nope_every=2),
             {"scheme": "rope_nope", "nope_every": 2, **decoder_settings},

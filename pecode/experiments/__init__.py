@@ -44,12 +44,14 @@ from pecode.experiments import models as _models
 from pecode.experiments import tasks as _tasks
 from pecode.experiments.models import (
     FrequencyRotary,
+    SilencedPairs,
     TinyDecoder,
     attention_beyond,
     cpu_threads,
     map_jobs,
     readings,
     sliding_window_mask,
+    with_pairs_silenced,
     with_rope_scaling,
     yarn_paper_frequencies,
 )
@@ -78,7 +80,12 @@ HYBRID_SCHEMES: tuple[str, ...] = _models.HYBRID_SCHEMES
 """Stacks that mix schemes layer by layer, accepted by :class:`TinyDecoder`, :func:`train`
 and :func:`run_experiment` beside ``SCHEMES`` but not in it (so a sweep with the default
 ``schemes`` is unchanged): ``"rope_nope"``, RoPE with a NoPE layer closing every group
-of :data:`NOPE_EVERY` layers (:func:`pecode.layer_pattern.nope_layers`)."""
+of :data:`NOPE_EVERY` layers (:func:`pecode.layer_pattern.nope_layers`), and
+``"p_rope"``, RoPE on the fastest :data:`P_ROPE_FRACTION` of each head's pairs."""
+
+P_ROPE_FRACTION: float = _models.P_ROPE_FRACTION
+"""The share of each head's pairs a ``"p_rope"`` :class:`TinyDecoder` rotates (0.25, as
+Gemma 4's global layers; p-RoPE, Barbero et al. 2024)."""
 
 NOPE_EVERY: int = _models.NOPE_EVERY
 """Llama 4's and SmolLM3's default interval of NoPE layers (4); a ``"rope_nope"``
@@ -99,6 +106,7 @@ __all__ = [
     "HYBRID_SCHEMES",
     "IGNORE_INDEX",
     "NOPE_EVERY",
+    "P_ROPE_FRACTION",
     "ROPE_READINGS",
     "ROPE_SCALINGS",
     "SCHEMES",
@@ -108,6 +116,7 @@ __all__ = [
     "NeedleCopyBatch",
     "PairedInterval",
     "Probes",
+    "SilencedPairs",
     "TinyDecoder",
     "attention_beyond",
     "cpu_threads",
@@ -120,10 +129,12 @@ __all__ = [
     "paired_differences",
     "paired_t_interval",
     "run_experiment",
+    "seed_test_sets",
     "simulated_coverage",
     "sliding_window_mask",
     "t_quantile",
     "train",
+    "with_pairs_silenced",
     "with_rope_scaling",
     "yarn_paper_frequencies",
 ]
@@ -473,6 +484,27 @@ class ExperimentResult:
         return paired_t_interval([x - y for x, y in zip(a, b, strict=True)], confidence=confidence)
 
 
+def seed_test_sets(
+    config: ExperimentConfig, seed: int, eval_seed: int = 12345
+) -> dict[int, NeedleCopyBatch]:
+    """The test sets :func:`run_experiment` reads seed ``seed``'s models on, by length.
+
+    ``eval_sequences`` sequences per length of ``config.eval_lengths``, drawn in that
+    order from one generator seeded with ``eval_seed + seed``: every model and reading
+    of a seed meets the same sequences, and a probe run afterwards meets them too.
+
+    Raises:
+        TypeError, ValueError: ``seed`` or ``eval_seed`` is not a non-negative int.
+    """
+    check_int("seed", seed, 0)
+    check_int("eval_seed", eval_seed, 0)
+    generator = torch.Generator().manual_seed(eval_seed + seed)
+    return {
+        length: config.batch(config.eval_sequences, length, generator)
+        for length in config.eval_lengths
+    }
+
+
 def _train_and_probe(
     scheme: str,
     seed: int,
@@ -486,11 +518,7 @@ def _train_and_probe(
     The training may come from :mod:`pecode.experiments.trained_cache` (opt-in); the
     probing always runs."""
     model, losses = trained(train, scheme, config, seed)
-    test_generator = torch.Generator().manual_seed(eval_seed + seed)
-    test_sets = {
-        length: config.batch(config.eval_sequences, length, test_generator)
-        for length in config.eval_lengths
-    }
+    test_sets = seed_test_sets(config, seed, eval_seed)
     probes: dict[str, dict[int, Probes | None]] = {}
     for name, kind, masked in readings(scheme, rope_scalings, window):
         probes[name] = {}

@@ -4,7 +4,8 @@
   on :class:`~pecode.attention.MultiHeadAttention`, and a linear read-out; ``window=``
   in its forward pass masks every key that lies ``window`` or more positions back;
   ``"rope_nope"`` builds a hybrid stack, RoPE layers with NoPE layers among them in
-  the pattern of :func:`pecode.layer_pattern.nope_layers` (Llama 4, SmolLM3);
+  the pattern of :func:`pecode.layer_pattern.nope_layers` (Llama 4, SmolLM3), and
+  ``"p_rope"`` rotates only the fastest share of every head's pairs (p-RoPE);
 * :func:`sliding_window_mask`: that mask;
 * :func:`yarn_paper_frequencies`: YaRN's frequencies with the ramp as the paper writes
   it (linear in the number of turns ``r``), beside pecode's ``"yarn"`` kind, whose ramp
@@ -43,15 +44,18 @@ from pecode.utils import cpu_threads
 __all__ = [
     "HYBRID_SCHEMES",
     "NOPE_EVERY",
+    "P_ROPE_FRACTION",
     "ROPE_READINGS",
     "ROPE_SCALINGS",
     "SCHEMES",
     "FrequencyRotary",
+    "SilencedPairs",
     "TinyDecoder",
     "attention_beyond",
     "cpu_threads",
     "map_jobs",
     "sliding_window_mask",
+    "with_pairs_silenced",
     "with_rope_scaling",
     "yarn_paper_frequencies",
 ]
@@ -59,10 +63,17 @@ __all__ = [
 SCHEMES: tuple[str, ...] = ("none", "sinusoidal", "learned", "t5", "alibi", "rope")
 """The position schemes :class:`TinyDecoder` accepts: ``none`` is NoPE (causal mask only)."""
 
-HYBRID_SCHEMES: tuple[str, ...] = ("rope_nope",)
-"""Stacks that mix schemes layer by layer, accepted beside ``SCHEMES`` but not in it (a
-sweep over ``SCHEMES`` stays chapter 13's): ``"rope_nope"`` is RoPE with NoPE layers
-in the pattern of :func:`pecode.layer_pattern.nope_layers`."""
+HYBRID_SCHEMES: tuple[str, ...] = ("rope_nope", "p_rope")
+"""RoPE mixed with no positions, accepted beside ``SCHEMES`` but not in it (a sweep over
+``SCHEMES`` stays chapter 13's): ``"rope_nope"`` mixes them layer by layer (RoPE with
+NoPE layers in the pattern of :func:`pecode.layer_pattern.nope_layers`), ``"p_rope"``
+feature by feature (:data:`P_ROPE_FRACTION` of each head's pairs rotate)."""
+
+P_ROPE_FRACTION: float = 0.25
+"""The share of each head's pairs that a ``"p_rope"`` model rotates: the fastest ones, at
+RoPE's frequencies for the whole head, the others not at all (Hugging Face's
+``proportional`` rope type with ``partial_rotary_factor`` 0.25, Gemma 4's global layers;
+p-RoPE, Barbero et al. 2024)."""
 
 NOPE_EVERY: int = 4
 """Llama 4's and SmolLM3's ``no_rope_layer_interval``: one NoPE layer in every four, the
@@ -124,6 +135,9 @@ def _position_scheme(
         return ALiBi(num_heads)
     if scheme == "rope":
         return RotaryEmbedding(head_dim)
+    if scheme == "p_rope":
+        share = {"partial_rotary_factor": P_ROPE_FRACTION}
+        return RotaryEmbedding(head_dim, scaling="proportional", scaling_params=share)
     return None
 
 
@@ -157,7 +171,8 @@ class TinyDecoder(nn.Module):
     ``nope_every`` (Llama 4, SmolLM3; with chapter 13's two layers and the default
     interval: RoPE, then NoPE). RoPE has no parameters, so a ``rope_nope`` model has the
     same parameters as a ``rope`` one, under the same names, and the same seed
-    initializes them identically.
+    initializes them identically. So has ``p_rope``, RoPE in every layer on the fastest
+    :data:`P_ROPE_FRACTION` of each head's pairs only.
 
     Shapes::
 
@@ -376,6 +391,74 @@ class FrequencyRotary(PositionScheme):
     ) -> tuple[Tensor, Tensor]:
         """Rotate ``q`` by ``q_positions`` and ``k`` by ``k_positions``."""
         return self._rotate(q, q_positions), self._rotate(k, k_positions)
+
+
+class SilencedPairs(PositionScheme):
+    """A rotary scheme whose queries lose some pairs after the rotation: a probe.
+
+    ``transform_qk`` rotates as ``rotary`` does, then zeroes the query's two features of
+    every pair in ``pairs`` (pair ``i`` is features ``i`` and ``i + head_dim / 2``, the
+    half layout), so those pairs add nothing to any score, at any distance; the keys and
+    everything else are untouched. :func:`with_pairs_silenced` puts it in every layer.
+
+    Raises:
+        TypeError: ``rotary`` is not a :class:`~pecode.rope.RotaryEmbedding`, or a pair
+            is not an int.
+        ValueError: ``rotary`` is not in the half layout, or ``pairs`` is empty, repeats
+            a pair or names one outside ``0 .. head_dim / 2 - 1``.
+    """
+
+    def __init__(self, rotary: RotaryEmbedding, pairs: Sequence[int]) -> None:
+        super().__init__()
+        if not isinstance(rotary, RotaryEmbedding):
+            raise TypeError(f"rotary must be a RotaryEmbedding, got {type(rotary).__name__}")
+        if rotary.layout != "half":
+            raise ValueError(f"rotary must use the half layout, got {rotary.layout!r}")
+        half = rotary.head_dim // 2
+        pairs = tuple(pairs)
+        for pair in pairs:
+            check_int("pairs", pair, 0)
+            if pair >= half:
+                raise ValueError(f"pairs: {pair} is not a pair of a {rotary.head_dim}-wide head")
+        if not pairs or len(set(pairs)) != len(pairs):
+            raise ValueError(f"pairs must be distinct and non-empty, got {list(pairs)}")
+        self.rotary, self.pairs = rotary, pairs
+        keep = torch.ones(rotary.head_dim)
+        keep[list(pairs)] = keep[[pair + half for pair in pairs]] = 0.0
+        self.register_buffer("keep", keep, persistent=False)
+
+    def extra_repr(self) -> str:
+        return f"pairs={list(self.pairs)}"
+
+    def transform_qk(
+        self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Rotate as ``rotary`` does; then zero the silenced pairs of ``q``."""
+        q, k = self.rotary.transform_qk(q, k, q_positions, k_positions)
+        return q * self.keep.to(q.dtype), k
+
+
+def with_pairs_silenced(model: TinyDecoder, pairs: Sequence[int]) -> TinyDecoder:
+    """A copy of a trained RoPE or p-RoPE model in which ``pairs`` add nothing to a score.
+
+    Every layer's :class:`~pecode.rope.RotaryEmbedding` is wrapped in a
+    :class:`SilencedPairs`; the weights are untouched and nothing is retrained. Chapter
+    13 silences a ``p_rope`` model's unrotated pairs, then its rotated ones, to measure
+    which of them each task uses.
+
+    Raises:
+        TypeError: ``model`` is not a :class:`TinyDecoder`.
+        ValueError: ``model`` is not a ``rope`` or ``p_rope`` model, or bad ``pairs``
+            (:class:`SilencedPairs`).
+    """
+    if not isinstance(model, TinyDecoder):
+        raise TypeError(f"model must be a TinyDecoder, got {type(model).__name__}")
+    if model.scheme not in ("rope", "p_rope"):
+        raise ValueError(f"model must use scheme 'rope' or 'p_rope', got {model.scheme!r}")
+    silenced = copy.deepcopy(model)
+    for block in silenced.blocks:
+        block.attention.position = SilencedPairs(block.attention.position, pairs)
+    return silenced
 
 
 def _reading(old: RotaryEmbedding, kind: str, factor: float, train_length: int) -> PositionScheme:
