@@ -20,7 +20,7 @@ import pickle
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -28,8 +28,9 @@ from torch import Tensor
 __all__ = ["CACHE_VARIABLE", "job_digest", "trained"]
 
 CACHE_VARIABLE = "PECODE_TRAINED_CACHE"
+"""The environment variable that names the folder of stored training runs (none if unset)."""
+
 _LOG = logging.getLogger(__name__)
-_Result = TypeVar("_Result")
 
 
 @cache
@@ -79,7 +80,7 @@ def job_digest(function: Callable[..., Any], *args: object) -> str:
     return digest.hexdigest()
 
 
-def trained(function: Callable[..., _Result], *args: object) -> _Result:
+def trained(function: Callable[..., Any], *args: object) -> Any:
     """``function(*args)``, read from :data:`CACHE_VARIABLE`'s folder when it holds it.
 
     Without the variable, just the call. With it, a result stored under the same
