@@ -77,8 +77,8 @@ SCHEMES: tuple[str, ...] = _models.SCHEMES
 """The position schemes :class:`TinyDecoder` accepts: ``none`` is NoPE (causal mask only)."""
 
 HYBRID_SCHEMES: tuple[str, ...] = _models.HYBRID_SCHEMES
-"""Stacks that mix schemes layer by layer, accepted by :class:`TinyDecoder`, :func:`train`
-and :func:`run_experiment` beside ``SCHEMES`` but not in it (so a sweep with the default
+"""RoPE mixed with no positions, accepted by :class:`TinyDecoder`, :func:`train` and
+:func:`run_experiment` beside ``SCHEMES`` but not in it (so a sweep with the default
 ``schemes`` is unchanged): ``"rope_nope"``, RoPE with a NoPE layer closing every group
 of :data:`NOPE_EVERY` layers (:func:`pecode.layer_pattern.nope_layers`), and
 ``"p_rope"``, RoPE on the fastest :data:`P_ROPE_FRACTION` of each head's pairs."""

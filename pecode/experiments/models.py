@@ -423,8 +423,9 @@ class SilencedPairs(PositionScheme):
         if not pairs or len(set(pairs)) != len(pairs):
             raise ValueError(f"pairs must be distinct and non-empty, got {list(pairs)}")
         self.rotary, self.pairs = rotary, pairs
+        silenced = [*pairs, *(pair + half for pair in pairs)]  # both features of each pair
         keep = torch.ones(rotary.head_dim)
-        keep[list(pairs)] = keep[[pair + half for pair in pairs]] = 0.0
+        keep[silenced] = 0.0
         self.register_buffer("keep", keep, persistent=False)
 
     def extra_repr(self) -> str:
