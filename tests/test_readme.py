@@ -118,6 +118,14 @@ def check_command(command: str) -> None:
             assert pip[1:] == ["--no-deps", ".", "-w", "dist"], pip
         else:
             raise AssertionError(f"no check for `pip {pip[0]}` in {__file__}")
+    elif words[:2] == ["python", "-m"] and words[2].startswith("pecode."):
+        # a pecode command: it exists and takes the options shown
+        result = subprocess.run(
+            [sys.executable, "-m", words[2], "--help"], capture_output=True, text=True, check=False
+        )
+        assert result.returncode == 0, result.stderr
+        for option in (word for word in words[3:] if word.startswith("--")):
+            assert option in result.stdout, option
     elif words[0] == ".venv/bin/jupyter":
         assert words[1] == "lab", command
         for path in words[2:]:
@@ -166,6 +174,8 @@ def test_readme_make_command_is_a_target(command):
         'pip install "pecode @ git+https://github.com/someone/else@v0.1.0"',
         "pip install torch==1.0.0",
         "conda install pecode",
+        "python -m pecode.no_such_module config.json",
+        "python -m pecode.inspect_config config.json --no-such-option 1",
     ],
 )
 def test_a_wrong_command_fails_its_check(command):
