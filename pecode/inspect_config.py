@@ -10,7 +10,7 @@ Men et al.'s base bound where it is tabulated, sliding windows, NoPE layers and 
 temperatures; and the pitfalls the config walks into, each with the report of an engine
 that fell into it. From the shell::
 
-    python -m pecode.inspect_config config.json [--context N] [--figure out.png]
+    python -m pecode.inspect_config config.json [--context N]
 """
 
 from __future__ import annotations
@@ -19,15 +19,17 @@ import argparse
 import json
 import math
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from pecode._checks import check_int
 from pecode.layer_pattern import NOPE_MODEL_TYPES, nope_layers_from_hf
-from pecode.rope_base import BASE_BOUNDS
+from pecode.rope_base import first_negative_margin
 from pecode.scaling import (
     _hf_config_dict,
     frequencies_from_hf_config,
@@ -40,7 +42,15 @@ from pecode.scaling import (
     yarn_get_mscale,
 )
 
-__all__ = ["ConfigReport", "LayerTypeReport", "Pitfall", "inspect_config", "main", "plot_report"]
+__all__ = [
+    "MARGIN_SCAN_LIMIT",
+    "REPORT_WIDTH",
+    "ConfigReport",
+    "LayerTypeReport",
+    "Pitfall",
+    "inspect_config",
+    "main",
+]
 
 
 @dataclass(frozen=True)
@@ -78,9 +88,21 @@ class LayerTypeReport:
     critical_dimension: int
     unseen_pairs: int
     unseen_pairs_unscaled: int
-    base_bound: float | None
+    first_negative_margin: int | None
     query_temperature: float | None
     trained_length_from: str = "original_max_position_embeddings"
+    window_kind: str = "sliding window"
+    temperature_layers: str = "all"
+
+    @property
+    def rotated_pairs(self) -> int:
+        """The pairs that rotate (fewer than ``rotary_dim / 2`` for ``proportional``)."""
+        return int((self.inv_freq > 0).sum())
+
+    @property
+    def reach(self) -> int:
+        """The longest distance a query looks back (the context, or the window if shorter)."""
+        return self.context if self.window is None else min(self.context, self.window)
 
 
 @dataclass(frozen=True)
@@ -103,38 +125,49 @@ class ConfigReport:
                     f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()
                 )
             factors = ", ".join(f"{v:.4g} at {k:,}" for k, v in r.attention_factor.items())
-            bound = (
-                "not tabulated"
-                if r.base_bound is None
-                else f"{r.base_bound:.3g} (the base {r.base:g} is "
-                + ("above it)" if r.base >= r.base_bound else "below it)")
-            )
+            if r.first_negative_margin is None:
+                margin = f"stays >= 0 up to {r.reach:,}"
+            else:
+                margin = f"first < 0 at distance {r.first_negative_margin:,}, within {r.reach:,}"
+            rotating = r.rotated_pairs
             lines += [
                 "",
                 f"[{r.layer_type}] "
                 + (f"{r.layers} layer(s)" if r.layers else "layer count not in the config")
                 + (f", {r.nope_layers} without positions (NoPE)" if r.nope_layers else "")
-                + (f", sliding window {r.window:,}" if r.window else ""),
+                + (f", {r.window_kind} {r.window:,}" if r.window else ""),
                 f"  head_dim {r.head_dim}, rotary_dim {r.rotary_dim}, base {r.base:g}; {scaling}",
                 f"  trained length {r.trained_length:,} (from {r.trained_length_from}); "
                 f"attention factor {factors}",
                 f"  wavelengths {2 * math.pi / float(r.inv_freq.max()):.3g} to "
-                + (
-                    f"{2 * math.pi / float(r.inv_freq[r.inv_freq > 0].min()):.3g} tokens"
-                    if bool((r.inv_freq > 0).any())
-                    else "inf"
-                ),
-                f"  critical dimension {r.critical_dimension} of {r.rotary_dim} (Liu et al.)",
-                f"  pairs meeting unseen angles by {r.context:,}: {r.unseen_pairs} of "
-                f"{r.rotary_dim // 2} with the config's scaling, {r.unseen_pairs_unscaled} "
-                "without",
-                f"  base bound for {r.context:,} tokens (Men et al.): {bound}",
+                f"{2 * math.pi / float(r.inv_freq[r.inv_freq > 0].min()):.3g} tokens",
+                f"  critical dimension {r.critical_dimension} of {2 * rotating} rotating "
+                f"features (Liu et al.), within {min(r.trained_length, r.reach):,} tokens",
+                f"  pairs meeting unseen angles by distance {r.reach:,}: {r.unseen_pairs} of "
+                f"{rotating} with the config's scaling, {r.unseen_pairs_unscaled} without",
+                f"  Men et al.'s sum of cos(m theta_i) over the pairs: {margin}",
             ]
             if r.query_temperature is not None:
-                lines.append(f"  query temperature at {r.context:,}: x{r.query_temperature:.4g}")
+                where = "every layer" if r.temperature_layers == "all" else "the NoPE layers"
+                lines.append(
+                    f"  query temperature on {where} at position {r.context - 1:,}: "
+                    f"x{r.query_temperature:.4g}"
+                )
         lines += ["", "Pitfalls:" if self.pitfalls else "Pitfalls: none known for this config."]
         lines += [f"  - [{p.key}] {p.text} ({p.reference})" for p in self.pitfalls]
-        return "\n".join(lines)
+        return "\n".join(_wrapped(line) for line in lines)
+
+
+REPORT_WIDTH = 80
+"""The width ``str(ConfigReport)`` wraps its lines to."""
+
+
+def _wrapped(line: str) -> str:
+    """``line`` wrapped to :data:`REPORT_WIDTH`, continuation lines indented past its
+    own indent (and a list item's dash)."""
+    stripped = line.lstrip(" ")
+    indent = " " * (len(line) - len(stripped) + 2)
+    return textwrap.fill(line, REPORT_WIDTH, subsequent_indent=indent, break_on_hyphens=False)
 
 
 def _layer_kinds(config: Mapping[str, Any], types: Sequence[str]) -> list[str]:
@@ -155,9 +188,14 @@ def _layer_kinds(config: Mapping[str, Any], types: Sequence[str]) -> list[str]:
     return [types[0]] * check_int("num_hidden_layers", count)
 
 
-def _trained_length(config: Mapping[str, Any], arguments: Mapping[str, Any]) -> tuple[int, str]:
-    """The trained length and the key it was read from."""
-    original = arguments["scaling_params"].get("original_max_position_embeddings")
+def _trained_length(
+    config: Mapping[str, Any], arguments: Sequence[Mapping[str, Any]]
+) -> tuple[int, str]:
+    """The model's trained length, one for all layer types, and the key it was read from:
+    an ``original_max_position_embeddings`` of any layer type's block or of the top
+    level, else ``max_position_embeddings``."""
+    originals = [a["scaling_params"].get("original_max_position_embeddings") for a in arguments]
+    original = next((value for value in originals if value is not None), None)
     if original is None:
         original = config.get("original_max_position_embeddings")
     if original is not None:
@@ -195,7 +233,7 @@ def _pitfalls(config: Mapping[str, Any], reports: Sequence[LayerTypeReport]) -> 
                     f"mscale / mscale_all_dim); an engine that ignores those keys applies "
                     f"0.1 ln {factor:g} + 1 = {default:.4g} to q and k, logits x"
                     f"{(default / theirs) ** 2:.3f}",
-                    "vllm-project/vllm#48621; PrimeIntellect-ai/prime-rl#2802",
+                    "vllm-project/vllm#48621, #48351; PrimeIntellect-ai/prime-rl#2802",
                 )
             if model_type in ("deepseek_v2", "deepseek_v3") and block.get("mscale_all_dim"):
                 scale = yarn_get_mscale(factor, block["mscale_all_dim"]) ** 2
@@ -204,42 +242,26 @@ def _pitfalls(config: Mapping[str, Any], reports: Sequence[LayerTypeReport]) -> 
                     f"the model multiplies its softmax scale by yarn_get_mscale(factor, "
                     f"mscale_all_dim)^2 = {scale:.4g}, in its attention code, not in the rope "
                     "tables; a port that reads only the rope block leaves it out",
-                    "transformers modeling_deepseek_v3.yarn_apply_mscale",
+                    "transformers 5.23 modeling_deepseek_v3.yarn_apply_mscale",
                 )
-            if (
-                r.scaling_params.get("truncate") is False
-                and len(reports) > 1
-                and r.layer_type in (config.get("rope_parameters") or {})
-            ):
+            per_layer = config.get("rope_parameters") or {}
+            if r.scaling_params.get("truncate") is False and r.layer_type in per_layer:
                 found["per-layer-truncate"] = Pitfall(
                     "per-layer-truncate",
                     "a per-layer-type yarn block sets truncate: false; transformers 5.23 reads "
-                    "truncate from the top level of rope_parameters and rounds the ramp anyway",
+                    "truncate from the top level of rope_parameters and rounds the ramp anyway "
+                    "(pecode reads the block)",
                     "transformers 5.23 modeling_rope_utils._compute_yarn_parameters",
                 )
-            found["static-yarn"] = Pitfall(
-                "static-yarn",
-                "YaRN here is static: the stretched frequencies and the factor apply at every "
-                "length, short inputs included; Qwen's model cards advise adding the block only "
-                "when long inputs are expected",
-                "Qwen3 model card, 'Processing Long Texts'",
-            )
         original = config.get("original_max_position_embeddings")
         in_block = "original_max_position_embeddings" in block
         if r.rope_type in ("yarn", "longrope") and not in_block and original is not None:
             found["top-level-original"] = Pitfall(
                 "top-level-original",
                 f"original_max_position_embeddings ({original}) is at the top level, not in the "
-                "rope block; a reader of the block alone gets no trained length, and with it no "
-                "long factors or attention factor",
-                "pytorch/executorch#19235 (Phi-4-mini's longrope attention factor)",
-            )
-        if r.rope_type == "dynamic":
-            found["dynamic-cache"] = Pitfall(
-                "dynamic-cache",
-                "dynamic scaling changes the frequencies with the current length, so keys cached "
-                "at a shorter length were rotated with another base",
-                "chapter 11's dynamic check",
+                "rope block; transformers copies it into the block, and a reader of the block "
+                "alone gets no trained length, hence no long factors or attention factor",
+                "transformers 5.23 modeling_rope_utils.standardize_rope_params",
             )
         if r.query_temperature is not None and "llama_4_scaling_beta" in block:
             found["nested-temperature"] = Pitfall(
@@ -255,23 +277,33 @@ def _pitfalls(config: Mapping[str, Any], reports: Sequence[LayerTypeReport]) -> 
             "layer types have different RoPE ("
             + "; ".join(f"{r.layer_type}: base {r.base:g}, {r.rope_type}" for r in reports)
             + "); an engine that shares one setting across layers is wrong on some of them",
-            "Blaizzy/mlx-vlm#1709; ggml-org/llama.cpp#14367; ollama/ollama#13445",
+            "Blaizzy/mlx-vlm#1709; ggml-org/llama.cpp#14367; ollama/ollama#13445, #13452",
         )
     if config.get("rope_parameters") is not None and config.get("rope_theta") is None:
         found["v5-rope-parameters"] = Pitfall(
             "v5-rope-parameters",
             "the base is only inside rope_parameters (transformers 5's form); code that reads "
-            "rope_theta at the top level gets an error or a default base",
-            "deepspeedai/DeepSpeed#8341",
+            "rope_theta at the top level fails or falls back to a default base",
+            "deepspeedai/DeepSpeed#8341, #8345",
         )
     return list(found.values())
 
 
-def _window(config: Mapping[str, Any], layer_type: str) -> int | None:
+def _window(config: Mapping[str, Any], layer_type: str) -> tuple[int | None, str]:
+    """How far a query of ``layer_type``'s RoPE layers looks back, and what limits it:
+    a sliding window (the ``sliding_attention`` layers; every layer of a Mistral config
+    without ``layer_types``), or Llama 4's attention chunks (its RoPE layers, which
+    transformers calls ``chunked_attention``)."""
+    model_type = config.get("model_type")
+    if model_type in ("llama4", "llama4_text") and config.get("attention_chunk_size"):
+        return check_int("attention_chunk_size", config["attention_chunk_size"]), (
+            "attention chunks of"
+        )
     window = config.get("sliding_window")
-    if window is None or layer_type != "sliding_attention":
-        return None
-    return check_int("sliding_window", window)
+    everywhere = model_type == "mistral" and not config.get("layer_types")
+    if window is None or (layer_type != "sliding_attention" and not everywhere):
+        return None, "sliding window"
+    return check_int("sliding_window", window), "sliding window"
 
 
 def inspect_config(
@@ -285,36 +317,44 @@ def inspect_config(
       (:func:`~pecode.scaling.frequencies_from_hf_config`), at the trained length and at
       the target context (the frequencies of ``dynamic`` and ``longrope`` change with
       the length; transformers' attention factors do not);
-    * the trained length ``L0``: ``original_max_position_embeddings`` (the block's or the
-      top level's), else ``max_position_embeddings``;
-    * Liu et al.'s critical dimension at the base and ``L0``: twice the number of rotated
-      pairs that complete a turn within ``L0`` at the unscaled frequencies, which is
-      :func:`~pecode.rope_base.critical_dimension` unless a pair turns exactly once;
-    * the pairs whose angles at the target context were never seen in training
-      (:func:`~pecode.scaling.unseen_angle_pairs` against the unscaled frequencies at the
-      same base), with the config's scaling and without; on sliding layers the window,
-      not the context, bounds the distance;
-    * Men et al.'s base bound for the target context, when
-      :data:`~pecode.rope_base.BASE_BOUNDS` has the rotary width and a tabulated context at
-      least as long (the bound of the next tabulated context, which is no smaller);
-    * the layer count, how many have no positions (NoPE), the sliding window, and the
-      query temperature at the target context (:func:`~pecode.scaling.hf_query_temperature`).
+    * the trained length ``L0``, one for the model: an ``original_max_position_embeddings``
+      (any layer type's block, or the top level), else ``max_position_embeddings``;
+    * Liu et al.'s critical dimension: twice the number of rotating pairs that complete a
+      turn within the distances training showed the layer (``L0``, or its window if
+      shorter), at the trained frequencies (the unscaled ones, or HunYuan's fixed base);
+      this is :func:`~pecode.rope_base.critical_dimension` unless a pair turns exactly
+      once;
+    * the pairs whose angles at the layer's longest distance (the target context, or its
+      sliding window or attention chunk) were never seen in training
+      (:func:`~pecode.scaling.unseen_angle_pairs`), with the config's scaling and without;
+    * the first distance at which Men et al.'s ``Σ_i cos(m θ_i)`` turns negative, over every
+      pair of the query·key product (a pair that never rotates adds 1) at the layer's
+      own (scaled) frequencies (:func:`~pecode.rope_base.first_negative_margin`),
+      scanned up to that longest distance or :data:`MARGIN_SCAN_LIMIT`;
+    * the layer count, how many have no positions (NoPE), the sliding window or chunk,
+      and the query temperature at the last position of the target context
+      (:func:`~pecode.scaling.hf_query_temperature`; Llama 4 applies it on its NoPE
+      layers only).
 
     Args:
         config: a ``config.json`` as a dict, or a transformers config object.
-        context: the target context in tokens; default ``max_position_embeddings``.
-
+        context: the target context in tokens; default ``max_position_embeddings`` (or a
+            YaRN block's ``factor`` times its original length, when longer).
     Raises:
         TypeError, ValueError: as :func:`~pecode.scaling.hf_rope_arguments`; ``context`` not
             a positive int; no ``max_position_embeddings`` and no ``context``.
     """
     config = _hf_config_dict(config)
-    if context is None:
-        context = config.get("max_position_embeddings")
-        if context is None:
-            raise ValueError("context: the config has no max_position_embeddings; pass context=")
-    check_int("context", context)
     types = hf_layer_types(config)
+    read_as = {
+        layer_type: layer_type if len(types) > 1 or config.get("layer_types") else None
+        for layer_type in types
+    }
+    arguments = {t: hf_rope_arguments(config, layer_type=read_as[t]) for t in types}
+    trained, trained_from = _trained_length(config, list(arguments.values()))
+    if context is None:
+        context = _released_context(config, list(arguments.values()), trained)
+    check_int("context", context)
     kinds = _layer_kinds(config, types)
     nope = (
         nope_layers_from_hf(config)
@@ -324,22 +364,26 @@ def inspect_config(
     temperature = hf_query_temperature(config)
     reports = []
     for layer_type in types:
-        read_as = layer_type if len(types) > 1 or config.get("layer_types") else None
-        arguments = hf_rope_arguments(config, layer_type=read_as)
-        trained, trained_from = _trained_length(config, arguments)
+        args = arguments[layer_type]
         factors = {}
         for length in dict.fromkeys((trained, context)):
             inv_freq, factors[length] = frequencies_from_hf_config(
-                config, layer_type=read_as, seq_len=length, dtype=torch.float64
+                config, layer_type=read_as[layer_type], seq_len=length, dtype=torch.float64
             )
-        unscaled, _ = rope_frequencies(
-            "default", arguments["rotary_dim"], arguments["base"], dtype=torch.float64
-        )
         rotated = inv_freq > 0
-        window = _window(config, layer_type)
+        # the frequencies the model was trained with: the unscaled ones at its base, or,
+        # for a fixed base change (HunYuan's alpha, read as "ntk"), the changed ones
+        if args["scaling"] == "ntk":
+            trained_freq = inv_freq
+        else:
+            trained_freq, _ = rope_frequencies(
+                "default", args["rotary_dim"], args["base"], dtype=torch.float64
+            )
+        window, window_kind = _window(config, layer_type)
         reach = context if window is None else min(context, window)
-        unseen = unseen_angle_pairs(unscaled, inv_freq, trained, reach) & rotated
-        unseen_unscaled = unseen_angle_pairs(unscaled, unscaled, trained, reach)
+        span = min(trained, reach)  # the distances training showed this layer type
+        unseen = unseen_angle_pairs(trained_freq, inv_freq, span, reach) & rotated
+        unseen_unscaled = unseen_angle_pairs(trained_freq, trained_freq, span, reach) & rotated
         scale = None
         if temperature is not None:
             scale = float(
@@ -356,24 +400,26 @@ def inspect_config(
                 layer_type=layer_type,
                 layers=len(indices),
                 nope_layers=sum(1 for i in indices if i < len(nope) and nope[i]),
-                head_dim=arguments["head_dim"],
-                rotary_dim=arguments["rotary_dim"],
-                base=arguments["base"],
-                rope_type=arguments["scaling"],
-                scaling_params=dict(arguments["scaling_params"]),
+                head_dim=args["head_dim"],
+                rotary_dim=args["rotary_dim"],
+                base=args["base"],
+                rope_type=args["scaling"],
+                scaling_params=dict(args["scaling_params"]),
                 trained_length=trained,
                 context=context,
                 window=window,
                 inv_freq=inv_freq,
                 attention_factor=factors,
-                critical_dimension=2 * int(((trained * unscaled >= 2 * math.pi) & rotated).sum()),
+                critical_dimension=2 * int(((span * trained_freq >= 2 * math.pi) & rotated).sum()),
                 unseen_pairs=int(unseen.sum()),
                 unseen_pairs_unscaled=int(unseen_unscaled.sum()),
-                base_bound=None
-                if arguments["scaling"] == "proportional"
-                else _tabulated_bound(arguments["rotary_dim"], reach),
+                first_negative_margin=first_negative_margin(
+                    _whole_head(config, args, inv_freq), min(reach, MARGIN_SCAN_LIMIT)
+                ),
                 query_temperature=scale,
                 trained_length_from=trained_from,
+                window_kind=window_kind,
+                temperature_layers="all" if temperature is None else temperature["layers"],
             )
         )
     return ConfigReport(
@@ -384,43 +430,48 @@ def inspect_config(
     )
 
 
-def _tabulated_bound(dim: int, context: int) -> float | None:
-    lengths = sorted(length for width, length in BASE_BOUNDS if width == dim and length >= context)
-    return BASE_BOUNDS[(dim, lengths[0])] if lengths else None
+MARGIN_SCAN_LIMIT = 1 << 20
+"""The longest distance :func:`inspect_config` scans for Men et al.'s sum (about a
+second); a report on a longer reach says so."""
 
 
-def plot_report(report: ConfigReport, ax: Any = None) -> Any:
-    """Each layer type's wavelengths ``2π/θ_i`` against the pair index, with the trained
-    length and the target context drawn across: the pairs above the trained length never
-    completed a turn in training. Returns the matplotlib Axes."""
-    import matplotlib.pyplot as plt
+def _whole_head(config: Mapping[str, Any], args: Mapping[str, Any], inv_freq: Tensor) -> Tensor:
+    """The frequency of every pair of a query·key product: the rotary pairs' (0 for those
+    ``proportional`` leaves still), then 0 for each pair that never rotates: the features
+    past ``rotary_dim`` and DeepSeek's ``qk_nope_head_dim``. Men et al.'s sum runs over
+    all of them; a pair that never rotates adds ``cos 0 = 1``."""
+    still = (args["head_dim"] - args["rotary_dim"]) // 2 + (
+        config.get("qk_nope_head_dim") or 0
+    ) // 2
+    return torch.cat((inv_freq, inv_freq.new_zeros(still)))
 
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 3.6))
-    for r in report.layer_types:
-        rotated = r.inv_freq > 0
-        wavelengths = (2 * math.pi / r.inv_freq[rotated]).numpy()
-        ax.plot(range(len(wavelengths)), wavelengths, marker=".", label=f"{r.layer_type}")
-        ax.axhline(r.trained_length, color="gray", linestyle="--", linewidth=0.8)
-    ax.axhline(report.context, color="black", linestyle=":", linewidth=0.8)
-    ax.set_yscale("log")
-    ax.set_xlabel("pair index i")
-    ax.set_ylabel("wavelength 2π/θ_i (tokens)")
-    ax.set_title(f"{report.model_type}: dashed trained length, dotted target context")
-    ax.legend(fontsize=8)
-    return ax
+
+def _released_context(
+    config: Mapping[str, Any], arguments: Sequence[Mapping[str, Any]], trained: int
+) -> int:
+    """The context a config releases: ``max_position_embeddings``, or a YaRN block's
+    ``factor`` times its ``original_max_position_embeddings`` where that is longer (the
+    block Qwen's model cards tell users to add to a config they leave unchanged)."""
+    longest = config.get("max_position_embeddings")
+    for args in arguments:
+        params = args["scaling_params"]
+        if args["scaling"] == "yarn" and params.get("original_max_position_embeddings"):
+            stretched = round(params["factor"] * params["original_max_position_embeddings"])
+            longest = stretched if longest is None else max(longest, stretched)
+    if longest is None:
+        raise ValueError("context: the config has no max_position_embeddings; pass context=")
+    return check_int("max_position_embeddings", longest)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line: ``python -m pecode.inspect_config config.json [--context N]
-    [--figure out.png]``. Prints the report; returns the exit status."""
+    """The command line: ``python -m pecode.inspect_config config.json [--context N]``.
+    Prints the report; returns the exit status."""
     parser = argparse.ArgumentParser(
         prog="python -m pecode.inspect_config",
         description="What a Hugging Face config.json asks of RoPE, per layer type.",
     )
     parser.add_argument("config", help="path to the model's config.json")
     parser.add_argument("--context", type=int, default=None, help="target context in tokens")
-    parser.add_argument("--figure", default=None, help="write the wavelength plot to this file")
     args = parser.parse_args(argv)
     try:
         with open(args.config, encoding="utf-8") as file:
@@ -430,12 +481,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(report)
-    if args.figure:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        ax = plot_report(report)
-        ax.figure.savefig(args.figure, dpi=120, bbox_inches="tight")
     return 0
 
 

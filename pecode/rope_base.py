@@ -34,6 +34,7 @@ __all__ = [
     "base_lower_bound",
     "critical_dimension",
     "critical_index",
+    "first_negative_margin",
     "first_negative_similarity",
     "similarity_margin",
     "turning_base",
@@ -107,6 +108,35 @@ def similarity_margin(dim: int, base: float, distances: Tensor) -> Tensor:
 _FIRST_CHUNK, _LAST_CHUNK = 1 << 10, 1 << 13  # distances per step of the scan, doubling
 
 
+def first_negative_margin(inv_freq: Tensor, context: int) -> int | None:
+    """The smallest distance ``m <= context`` with ``Σ_i cos(m θ_i) < 0`` for the given
+    frequencies (scaled ones, say), or None when the sum stays non-negative to ``context``.
+
+    Shapes::
+
+        inv_freq: [pairs](floating)
+
+    Raises:
+        TypeError: ``inv_freq`` is not a floating tensor, ``context`` not an int.
+        ValueError: ``inv_freq`` is not 1-D, ``context`` not positive.
+    """
+    if not isinstance(inv_freq, Tensor) or not inv_freq.is_floating_point():
+        raise TypeError("inv_freq must be a floating torch.Tensor")
+    if inv_freq.dim() != 1:
+        raise ValueError(f"inv_freq must be 1-D, got shape {tuple(inv_freq.shape)}")
+    check_int("context", context)
+    inv_freq = inv_freq.to(torch.float64)
+    start, chunk = 0, _FIRST_CHUNK
+    while start <= context:
+        distances = torch.arange(start, min(start + chunk, context + 1), dtype=torch.float64)
+        margin = torch.cos(distances.unsqueeze(-1) * inv_freq).sum(-1)
+        negative = (margin < 0).nonzero()
+        if len(negative):
+            return start + int(negative[0])
+        start, chunk = start + chunk, min(2 * chunk, _LAST_CHUNK)
+    return None
+
+
 def first_negative_similarity(dim: int, base: float, context: int) -> int | None:
     """The smallest distance ``m <= context`` with ``B_m < 0`` (:func:`similarity_margin`),
     or None when ``B_m >= 0`` at every distance from 0 to ``context``.
@@ -114,15 +144,7 @@ def first_negative_similarity(dim: int, base: float, context: int) -> int | None
     Raises:
         TypeError, ValueError: as :func:`similarity_margin`; ``context`` not a positive int.
     """
-    check_int("context", context)
-    start, chunk = 0, _FIRST_CHUNK
-    while start <= context:
-        distances = torch.arange(start, min(start + chunk, context + 1))
-        negative = (similarity_margin(dim, base, distances) < 0).nonzero()
-        if len(negative):
-            return start + int(negative[0])
-        start, chunk = start + chunk, min(2 * chunk, _LAST_CHUNK)
-    return None
+    return first_negative_margin(rope_inv_freq(dim, base, dtype=torch.float64), context)
 
 
 def _passing(dim: int, bases: Tensor, context: int) -> Tensor:

@@ -111,6 +111,7 @@ __all__ = [
     "hf_query_temperature",
     "hf_rope_arguments",
     "log_length_query_scale",
+    "logn_query_scale",
     "rope_frequencies",
     "unseen_angle_pairs",
     "yarn_attention_factor",
@@ -1264,6 +1265,34 @@ def log_length_query_scale(
         raise ValueError(f"positions must be non-negative, got {int(positions.min())}")
     steps = torch.div(positions.to(torch.int64) + offset, length, rounding_mode="floor")
     return 1.0 + beta * torch.log1p(steps.to(torch.float64))
+
+
+def logn_query_scale(positions: Tensor, length: int) -> Tensor:
+    """Qwen's ``logn`` attention: each query times ``max(1, ln(p + 1) / ln(length))``.
+
+    Queries at positions ``p + 1 <= length`` are unchanged; past the trained length
+    ``length`` a query is sharpened by the log of its context in units of that length
+    (Qwen-7B's ``use_logn_attn``: ``math.log(i, seq_length)`` for ``i > seq_length``, at
+    1-based ``i = p + 1``): a softmax over ``n`` keys flattens as ``n`` grows, and a
+    factor ``log n`` on the logits keeps its entropy from growing with it.
+
+    Shapes::
+
+        positions: [...] (integer)
+        returns:   [...] float64 on positions' device
+
+    Raises:
+        TypeError: ``positions`` is not an integer tensor.
+        ValueError: ``length`` is not an int of at least 2, or a negative position.
+    """
+    if not isinstance(positions, Tensor) or positions.is_floating_point() or positions.is_complex():
+        what = positions.dtype if isinstance(positions, Tensor) else type(positions).__name__
+        raise TypeError(f"positions must be an integer torch.Tensor, got {what}")
+    check_int("length", length, 2)
+    if positions.numel() and int(positions.min()) < 0:
+        raise ValueError(f"positions must be non-negative, got {int(positions.min())}")
+    count = positions.to(torch.float64) + 1
+    return torch.clamp(torch.log(count) / math.log(length), min=1.0)
 
 
 def hf_query_temperature(config: Mapping[str, Any] | object) -> dict[str, Any] | None:

@@ -7,7 +7,11 @@ is run on pecode's own engine (float64 with the float64 tolerances, float32 with
 float32 ones) and on transformers 5.23's rotary embeddings read from the same configs.
 The neighbours show that the check can fail: an engine that drops the attention factor,
 one that reads Gemma 3's sliding layers with the full-attention block, float32 angles
-under the float64 tolerances and bfloat16 angles under the float32 ones.
+under the float64 tolerances and bfloat16 angles under the float32 ones; and that it
+cannot be passed by saying little: an engine that skips cases (returns ``{}``) or
+returns only the attention factor does not pass, and a wrong cos/sin can no longer hide
+where the float32 tolerance grows past what cos and sin can be off by (such entries are
+not compared, and counted as beyond float32).
 """
 
 from __future__ import annotations
@@ -24,11 +28,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from hf_rotary import model_rotary_embedding
 
 from pecode.conformance import (
+    FLOAT32_TABLE_CAP,
     ConformanceReport,
     check_rope_engine,
     conformance_vectors,
+    float32_beyond,
     pecode_engine,
     published_configs,
 )
@@ -125,10 +132,34 @@ def test_pecode_float64_engine_passes_the_float64_tolerances():
     }
 
 
+def _beyond_in_file():
+    """The cos (and sin) entries the vectors mark as beyond float32, over all cases."""
+    return sum(sum(case["float32_beyond"]) for case in conformance_vectors()["cases"])
+
+
 def test_pecode_float32_engine_passes_the_float32_tolerances():
     report = check_rope_engine(F32)
     assert report.passed, str(report)
-    assert report.worst["cos"] > 1e-3  # float32 angles at position 10485759 are that far off
+    # float32 angles of some 40000 radians (the largest compared) are that far off
+    assert report.worst["cos"] > 1e-3
+    # the entries beyond float32 are counted, per key and per case, as the file says
+    n = _beyond_in_file()
+    assert n == 347  # of 12052 cos entries, with the configs of this version
+    assert report.beyond == {"cos": n, "sin": n, "q_rotated": 2 * n}
+    assert f"beyond float32 (tolerance above {FLOAT32_TABLE_CAP}, not compared): {4 * n}" in (
+        str(report)
+    )
+    for result, case in zip(report.results, conformance_vectors()["cases"], strict=True):
+        pairs = len(case["inv_freq"]) * len(case["positions"])
+        assert result.beyond.get("cos", 0) == sum(case["float32_beyond"])
+        assert result.entries["cos"] + result.beyond.get("cos", 0) == pairs
+        # positions 0 and 1 (at least) are compared in every case
+        assert result.entries["cos"] >= 2 * len(case["inv_freq"])
+        assert case["float32_beyond"][:2] == [0, 0]
+    # float64: every entry compared, nothing beyond
+    report64 = check_rope_engine(pecode_engine, float32=False)
+    assert report64.beyond == {}
+    assert all(not r.beyond for r in report64.results)
 
 
 def test_report_is_frozen_and_reads_as_a_table():
@@ -139,6 +170,10 @@ def test_report_is_frozen_and_reads_as_a_table():
     text = str(report)
     assert "PASSED" in text
     assert "float64 tolerances" in text
+    n = len(conformance_vectors()["cases"])
+    assert f"{n}/{n} cases pass" in text
+    assert f"{n} given, {n} checked, 0 skipped" in text
+    assert "beyond float32" not in text  # float64 compares every entry
     assert all(case["id"] in text for case in conformance_vectors()["cases"])
 
 
@@ -234,25 +269,106 @@ def test_bad_inputs_raise_errors_that_name_the_argument():
 def test_an_engine_that_returns_nothing_does_not_pass():
     report = check_rope_engine(lambda case: {})
     assert not report.passed
-    assert "nothing compared" in str(report)
+    n = len(report.results)
+    assert len(report.skipped) == n
+    assert not report.checked
+    assert not report.failures
+    assert all(r.status == "skip" and not r.passed for r in report.results)
+    text = str(report)
+    assert "nothing compared" in text
+    assert f"0/{n} cases pass" in text
+    assert f"{n} given, 0 checked, {n} skipped" in text
+
+
+def test_neighbour_an_engine_that_skips_all_cases_but_one_does_not_pass():
+    # before, a skipped case counted as passed: this engine read "PASSED, 32/32 cases pass"
+    first = conformance_vectors()["cases"][0]["id"]
+    report = check_rope_engine(lambda case: F32(case) if case["id"] == first else {})
+    n = len(report.results)
+    assert not report.passed
+    assert [r.case for r in report.checked] == [first]
+    assert len(report.skipped) == n - 1
+    assert not report.failures
+    text = str(report)
+    assert "FAILED" in text
+    assert f"1/{n} cases pass" in text
+    assert f"{n} given, 1 checked, {n - 1} skipped" in text
+    # checking a subset: "every case" is every case of the subset
+    vectors = conformance_vectors()
+    vectors["cases"] = vectors["cases"][:1]
+    assert check_rope_engine(lambda case: F32(case), vectors=vectors).passed
+
+
+def test_neighbour_an_engine_that_returns_only_the_attention_factor_does_not_pass():
+    report = check_rope_engine(lambda case: {"attention_factor": case["attention_factor"]})
+    n = len(report.results)
+    assert not report.passed
+    assert len(report.incomplete) == len(report.checked) == n
+    assert not report.failures
+    assert not report.skipped
+    assert all(r.status == "part" and r.compared == ("attention_factor",) for r in report.results)
+    assert f"{n} incomplete" in str(report)
+    # cos without sin is not the tables either; cos and sin, inv_freq, or q_rotated are
+    for keys in (("inv_freq",), ("cos", "sin"), ("q_rotated",)):
+        report = check_rope_engine(lambda case, keys=keys: {k: F32(case)[k] for k in keys})
+        assert report.passed, (keys, str(report))
+    assert not check_rope_engine(lambda case: {"cos": F32(case)["cos"]}).passed
+
+
+def _old_float32_tolerance(case):
+    """[positions, pairs]: the float32 cos/sin tolerance, uncapped (as before the cap)."""
+    positions = torch.tensor(case["positions"], dtype=torch.float64)
+    angle = (positions[:, None] * torch.tensor(case["inv_freq"], dtype=torch.float64)).abs()
+    return 1e-6 + (1e-6 + 4 * 2.0**-24) * (1 + angle)
+
+
+def _negated_where(case, where):
+    values = F32(case)
+    sign = torch.where(where, -1.0, 1.0).to(values["cos"].dtype)
+    return {
+        "inv_freq": values["inv_freq"],
+        "cos": values["cos"] * sign,
+        "sin": values["sin"] * sign,
+    }
+
+
+def test_neighbour_negated_cos_and_sin_cannot_hide_where_the_tolerance_is_large():
+    # without the cap, the tolerance at Llama 4's position 10485759 reached 13 (above 2, so
+    # negating cos and sin passed) and 0.33-0.65 for Gemma and Qwen3.5. Now those entries
+    # are not compared, and the report counts them: the engine that negates them is not
+    # *checked* there (and says so), rather than passed there.
+    vectors = conformance_vectors()
+    hidden = {c["id"]: _old_float32_tolerance(c) > 2 for c in vectors["cases"]}
+    assert {k for k, v in hidden.items() if v.any()} == {"llama4-scout/full_attention"}
+    report = check_rope_engine(lambda case: _negated_where(case, hidden[case["id"]]))
+    assert report.passed  # what remains compared is right: inv_freq, and cos/sin elsewhere
+    for result, case in zip(report.results, vectors["cases"], strict=True):
+        beyond = float32_beyond(case["positions"], case["inv_freq"])
+        assert not (hidden[case["id"]] & ~beyond).any()  # every negated entry is beyond
+        assert result.beyond.get("cos", 0) == int(beyond.sum()) == sum(case["float32_beyond"])
+    llama4 = next(r for r in report.results if r.case == "llama4-scout/full_attention")
+    assert int(hidden[llama4.case].sum()) == 10
+    assert llama4.beyond == {"cos": 28, "sin": 28}
+    assert "beyond float32" in str(report)
+
+    # every entry that is compared has a tolerance of at most the cap, and cos and sin
+    # cannot both be that small: a negation at any compared entry fails. Here, at the
+    # largest angle compared in each case (where the tolerance is largest), every case fails.
+    def at_largest_checked_angle(case):
+        tol = _old_float32_tolerance(case)
+        tol = tol.where(tol <= FLOAT32_TABLE_CAP, 0.0)
+        return _negated_where(case, tol == tol.max())
+
+    report = check_rope_engine(at_largest_checked_angle)
+    assert not report.passed
+    assert len(report.failures) == len(report.results)
+    assert all({"cos", "sin"} & set(r.failed_keys) for r in report.failures)
 
 
 # ------------------------------------------------------------------------ transformers 5.23
 
 
-def _rotary(hf_config):
-    """The model's own rotary embedding, as tests/test_published_configs.py builds it."""
-    from transformers.models.auto.configuration_auto import model_type_to_module_name
-
-    module = model_type_to_module_name(hf_config.model_type)
-    models = __import__(f"transformers.models.{module}.modeling_{module}", fromlist=["_"])
-    names = [
-        name
-        for name in vars(models)
-        if name.endswith("RotaryEmbedding") and "Vision" not in name and name[0] != "_"
-    ]
-    text = [name for name in names if name.endswith("TextRotaryEmbedding")]
-    return getattr(models, (text or names)[0])(hf_config)
+_rotary = model_rotary_embedding
 
 
 def _half_to_interleaved(x):
@@ -340,6 +456,12 @@ def test_transformers_rotary_embedding_passes_the_float32_tolerances(case_id):
     vectors["cases"] = [case for case in vectors["cases"] if case["id"] == case_id]
     report = check_rope_engine(transformers_engine, vectors=vectors)
     assert report.passed, str(report)
+    # every entry is compared except those beyond float32, which are counted
+    (case,) = vectors["cases"]
+    assert report.beyond.get("cos", 0) == sum(case["float32_beyond"])
+    assert report.results[0].entries["cos"] == len(case["inv_freq"]) * len(case["positions"]) - sum(
+        case["float32_beyond"]
+    )
 
 
 def test_transformers_engine_fails_the_float64_tolerances():

@@ -84,16 +84,21 @@ def test_figure_names_are_unique_and_every_reference_resolves():
 
 @pytest.mark.book
 def test_built_figures_are_numbered_by_chapter(book_build):
-    """What a reader sees: "Figure 9.1" under chapter 9's first figure, in order."""
+    """What a reader sees: "Figure 9.1" under chapter 9's first figure, in order, and a
+    chapter's pages numbering on from it."""
     bs4 = pytest.importorskip("bs4")
     assert book_build.returncode == 0, book_build.output
-    for path in NOTEBOOKS:
+    shown: dict[int, int] = {}  # figures numbered so far in each chapter
+    for path in NOTEBOOKS:  # in the book's order: a chapter, then its pages (10, 10b)
         html = book_build.html / "notebooks" / f"{path.stem}.html"
         soup = bs4.BeautifulSoup(html.read_text(encoding="utf-8"), "html.parser")
         numbers = [span.get_text(strip=True) for span in soup.select("figure span.caption-number")]
         chapter = CHAPTER_NUMBERS[path.stem]  # 09c is chapter 10
-        expected = [f"Figure {chapter}.{k}" for k in range(1, len(numbers) + 1)]
+        # a chapter's pages (10b is page 11.1) continue its numbering
+        first = shown.get(chapter, 0) + 1
+        expected = [f"Figure {chapter}.{k}" for k in range(first, first + len(numbers))]
         assert numbers == expected, path.name
+        shown[chapter] = first - 1 + len(numbers)
         for img in soup.select("article img"):
             assert not img.get("alt", "").startswith("../_images"), (path.name, img.get("src"))
 

@@ -22,16 +22,13 @@ import math
 import subprocess
 import sys
 
-import matplotlib
 import pytest
 import torch
 
 from pecode.conformance import published_configs
-from pecode.inspect_config import ConfigReport, inspect_config, main, plot_report
+from pecode.inspect_config import REPORT_WIDTH, ConfigReport, inspect_config, main
 from pecode.rope_base import critical_dimension
 from pecode.scaling import frequencies_from_hf_config
-
-matplotlib.use("Agg")
 
 F64 = torch.float64
 CONFIGS = published_configs()
@@ -56,13 +53,20 @@ def _layer_type_argument(config: dict, layer_type: str, types: int) -> str | Non
     return layer_type if listed or per_type else None
 
 
-def _unseen_loop(base: float, rotary_dim: int, scaled: list[float], trained: int, reach: int):
+def _unseen_loop(
+    base: float,
+    rotary_dim: int,
+    scaled: list[float],
+    trained: int,
+    reach: int,
+    trained_freqs: list[float] | None = None,
+):
     """Pairs with L0·θ_i < 2π and reach·θ'_i > L0·θ_i (beyond 1e-9 relative, so that an
-    exact interpolation counts as seen), θ_i = b^(-2i/d); pairs with θ'_i = 0 do not
-    rotate."""
+    exact interpolation counts as seen), θ_i = b^(-2i/d) (or ``trained_freqs``); pairs with
+    θ'_i = 0 do not rotate."""
     count = 0
     for i, theta_scaled in enumerate(scaled):
-        theta = math.pow(base, -2 * i / rotary_dim)
+        theta = trained_freqs[i] if trained_freqs else math.pow(base, -2 * i / rotary_dim)
         seen = trained * theta
         if theta_scaled > 0 and seen < 2 * math.pi and reach * theta_scaled > seen * (1 + 1e-9):
             count += 1
@@ -70,8 +74,37 @@ def _unseen_loop(base: float, rotary_dim: int, scaled: list[float], trained: int
 
 
 def _reach(config: dict, layer_type: str, context: int) -> int:
-    window = _text(config).get("sliding_window")
-    return min(context, window) if window and layer_type == "sliding_attention" else context
+    """How far back a layer type's RoPE layers look, from transformers' configuration
+    classes' rules: Gemma's and gpt-oss's sliding layers, every layer of Mistral 7B (its
+    mask), Llama 4's chunked-attention layers (its RoPE layers)."""
+    text = _text(config)
+    if text.get("model_type") == "llama4_text":
+        return min(context, text["attention_chunk_size"])
+    window = text.get("sliding_window")
+    everywhere = text.get("model_type") == "mistral"
+    if window and (layer_type == "sliding_attention" or everywhere):
+        return min(context, window)
+    return context
+
+
+def _released(config: dict) -> int:
+    """max_position_embeddings, or a YaRN block's factor times its original length."""
+    text = _text(config)
+    longest = text["max_position_embeddings"]
+    block = text.get("rope_parameters") or text.get("rope_scaling") or {}
+    kind = block.get("rope_type", block.get("type"))
+    if kind == "yarn" and block.get("original_max_position_embeddings"):
+        longest = max(longest, round(block["factor"] * block["original_max_position_embeddings"]))
+    return longest
+
+
+def _margin_brute_force(freqs: list[float], reach: int) -> int | None:
+    """The first distance up to ``reach`` with Σ cos(m θ) < 0, by one float64 tensor of
+    every distance (no chunks), independent of pecode.rope_base's scan."""
+    m = torch.arange(reach + 1, dtype=F64).unsqueeze(1)
+    total = torch.cos(m * torch.tensor(freqs, dtype=F64)).sum(1)
+    negative = (total < 0).nonzero()
+    return int(negative[0]) if len(negative) else None
 
 
 # ------------------------------------------------------------------ every published config
@@ -83,7 +116,7 @@ def test_every_published_config_against_independent_readings(name):
     report = inspect_config(config)
     assert isinstance(report, ConfigReport)
     context = report.context
-    assert context == _text(config)["max_position_embeddings"]
+    assert context == _released(config)
     text = str(report)
     for r in report.layer_types:
         assert f"[{r.layer_type}]" in text
@@ -96,18 +129,65 @@ def test_every_published_config_against_independent_readings(name):
         )
         assert torch.equal(r.inv_freq, theirs), r.layer_type
         assert r.attention_factor[context] == factor
-        # Liu et al.'s log formula against the report's count of turning pairs
-        if r.rope_type != "proportional":
-            expected = critical_dimension(r.rotary_dim, r.base, r.trained_length)
+        reach = _reach(config, r.layer_type, context)
+        assert r.reach == reach, r.layer_type
+        span = min(r.trained_length, reach)
+        # Liu et al.'s log formula against the report's count of turning pairs (HunYuan's
+        # fixed base change: the model trains with the changed frequencies)
+        if r.rope_type not in ("proportional", "ntk"):
+            expected = critical_dimension(r.rotary_dim, r.base, span)
             assert r.critical_dimension == expected, r.layer_type
         # the unseen-angle rule, as a loop
-        reach = _reach(config, r.layer_type, context)
         scaled = r.inv_freq.tolist()
-        assert r.unseen_pairs == _unseen_loop(r.base, r.rotary_dim, scaled, r.trained_length, reach)
-        unscaled = [math.pow(r.base, -2 * i / r.rotary_dim) for i in range(r.rotary_dim // 2)]
+        trained = scaled if r.rope_type == "ntk" else None
+        assert r.unseen_pairs == _unseen_loop(r.base, r.rotary_dim, scaled, span, reach, trained)
+        unscaled = trained or [
+            math.pow(r.base, -2 * i / r.rotary_dim) for i in range(r.rotary_dim // 2)
+        ]
         assert r.unseen_pairs_unscaled == _unseen_loop(
-            r.base, r.rotary_dim, unscaled, r.trained_length, reach
+            r.base, r.rotary_dim, unscaled, span, reach, trained
         )
+        # Men et al.'s sum over every pair of the product: a pair that never rotates adds 1
+        still = (r.head_dim - r.rotary_dim) // 2 + (_text(config).get("qk_nope_head_dim") or 0) // 2
+        freqs = scaled + [0.0] * still
+        if reach <= 1 << 16:
+            assert r.first_negative_margin == _margin_brute_force(freqs, reach), r.layer_type
+        if r.first_negative_margin is not None:  # the reported distance, by a math.cos loop
+            m = r.first_negative_margin
+            assert sum(math.cos(m * f) for f in freqs) < 0
+            assert sum(math.cos((m - 1) * f) for f in freqs) >= 0
+
+
+def test_what_review_found_reads_as_the_models_do():
+    """The readings an adversarial review asked for, each against what it replaced."""
+    # Llama 4 Scout's RoPE layers attend within chunks of 8192 (transformers'
+    # "chunked_attention"), so no pair meets an unseen angle at 10M tokens; the
+    # temperature is reported for its NoPE layers only
+    (r,) = inspect_config(_config("llama4-scout")).layer_types
+    assert (r.window, r.reach, r.unseen_pairs_unscaled) == (8192, 8192, 0)
+    assert r.temperature_layers == "nope"
+    assert "on the NoPE layers" in str(inspect_config(_config("llama4-scout")))
+    # DeepSeek-V3: 64 pairs of qk_nope_head_dim never rotate, so Men et al.'s sum stays
+    # positive; over the rotary pairs alone it turns negative (the neighbour)
+    (r,) = inspect_config(_config("deepseek-v3")).layer_types
+    assert r.first_negative_margin is None
+    assert _margin_brute_force(r.inv_freq.tolist(), 8192) is not None
+    # HunYuan trains with its alpha base: the critical dimension is that base's, not 1e4's
+    (r,) = inspect_config(_config("hunyuan-7b")).layer_types
+    assert r.rope_type == "ntk"
+    assert r.critical_dimension < critical_dimension(r.rotary_dim, r.base, r.trained_length)
+    # Qwen's YaRN block promises factor x original: the target context is 131072
+    assert inspect_config(_config("qwen3-0.6b-yarn")).context == 4 * 32768
+    assert inspect_config(_config("qwen3-0.6b")).context == 40960
+    # Mistral 7B v0.1 masks every layer to 4096 tokens; v0.3 has no window
+    (r,) = inspect_config(_config("mistral-7b-v0.1")).layer_types
+    assert r.reach == 4096
+    (r,) = inspect_config(_config("mistral-7b-v0.3")).layer_types
+    assert r.reach == r.context == 32768
+    # Qwen2.5 at base 1e6: the sum turns negative before its 32768 tokens (Men et al.'s
+    # criterion), though the base is above the smallest base that passes (6.3e5)
+    (r,) = inspect_config(_config("qwen2.5-7b-instruct")).layer_types
+    assert r.first_negative_margin == 27115
 
 
 def test_neighbour_unseen_pairs_and_frequencies_can_differ():
@@ -349,15 +429,14 @@ def test_main_prints_the_report(tmp_path, capsys):
     assert out.strip() == str(inspect_config(_config("gemma3-4b-it"), context=32768))
 
 
-def test_main_writes_a_figure(tmp_path, capsys):
-    import matplotlib.pyplot as plt
-
-    path = _write(tmp_path, _config("llama3.1-8b"))
-    figure = tmp_path / "out.png"
-    assert main([str(path), "--figure", str(figure)]) == 0
-    plt.close("all")
-    capsys.readouterr()
-    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+def test_report_lines_fit_the_width(capsys):
+    """Every line of a report fits REPORT_WIDTH (the book's column, a terminal); the
+    neighbour: without wrapping, some line of Ministral 3's report is longer."""
+    config = _config("ministral3-3b")
+    text = str(inspect_config(config))
+    assert max(len(line) for line in text.splitlines()) <= REPORT_WIDTH
+    pitfalls = inspect_config(config).pitfalls
+    assert max(len(f"  - [{p.key}] {p.text} ({p.reference})") for p in pitfalls) > REPORT_WIDTH
 
 
 def test_main_returns_2_on_a_bad_config(tmp_path, capsys):
@@ -382,19 +461,3 @@ def test_python_dash_m(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "[softmax-mscale]" in done.stdout
     assert "model_type deepseek_v3" in done.stdout
-
-
-@pytest.mark.parametrize("name", ["gemma3-4b-it", "llama3.1-8b"])
-def test_plot_report_draws_one_line_per_layer_type(name):
-    import matplotlib.pyplot as plt
-
-    report = inspect_config(_config(name))
-    ax = plot_report(report)
-    try:
-        curves = [line for line in ax.get_lines() if line.get_marker() == "."]
-        assert [line.get_label() for line in curves] == [r.layer_type for r in report.layer_types]
-        for line, r in zip(curves, report.layer_types, strict=True):
-            wavelengths = 2 * math.pi / r.inv_freq[r.inv_freq > 0]
-            assert torch.allclose(torch.tensor(line.get_ydata(), dtype=F64), wavelengths)
-    finally:
-        plt.close(ax.figure)

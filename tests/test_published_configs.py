@@ -24,6 +24,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from hf_rotary import model_rotary_embedding  # noqa: E402
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
 
 from pecode.conformance import published_configs  # noqa: E402
@@ -42,19 +43,7 @@ def _text_config(config: dict):
     return transformers.AutoConfig.for_model(**copy.deepcopy(config)).get_text_config()
 
 
-def _rotary(hf_config):
-    """The model's own rotary embedding class, built from its configuration."""
-    from transformers.models.auto.configuration_auto import model_type_to_module_name
-
-    module = model_type_to_module_name(hf_config.model_type)
-    models = __import__(f"transformers.models.{module}.modeling_{module}", fromlist=["_"])
-    names = [
-        name
-        for name in vars(models)
-        if name.endswith("RotaryEmbedding") and "Vision" not in name and name[0] != "_"
-    ]
-    text = [name for name in names if name.endswith("TextRotaryEmbedding")]
-    return getattr(models, (text or names)[0])(hf_config)
+_rotary = model_rotary_embedding
 
 
 def _theirs(rotary, layer_type: str) -> tuple[torch.Tensor, float]:

@@ -7,6 +7,7 @@ missing, misnamed or shows a default instead of the given value fails.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -20,7 +21,7 @@ import pecode
 from pecode.absolute import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from pecode.alibi import ALiBi
 from pecode.attention import ContentOnly, MultiHeadAttention
-from pecode.experiments.models import FrequencyRotary, SilencedPairs, TinyDecoder
+from pecode.experiments.models import FrequencyRotary, ScaledQueries, SilencedPairs, TinyDecoder
 from pecode.grid_rope import AxialRotaryEmbedding, MixedRotaryEmbedding
 from pecode.hf import HFLlamaAttention
 from pecode.mla import MultiHeadLatentAttention
@@ -30,7 +31,9 @@ from pecode.relative import (
     T5RelativePositionBias,
     TransformerXLRelativePosition,
 )
+from pecode.rerope import ReRoPE
 from pecode.rope import RotaryEmbedding
+from pecode.scaling import logn_query_scale
 
 # modules whose settings all live in their submodules, or that have none
 NO_SETTINGS_OF_THEIR_OWN = {"PositionScheme", "_Block", "RotaryEmbeddingPerLayerType"}
@@ -130,6 +133,11 @@ def _cases() -> list[tuple[nn.Module, dict[str, object]]]:
         (TinyDecoder("alibi", **decoder_settings), {"scheme": "alibi", **decoder_settings}),
         (FrequencyRotary(torch.ones(6), 1.5), {"head_dim": 12, "attention_factor": 1.5}),
         (SilencedPairs(RotaryEmbedding(8), [3, 1]), {"pairs": [3, 1]}),
+        (
+            ScaledQueries(RotaryEmbedding(8), functools.partial(logn_query_scale, length=16)),
+            {"scale": "logn_query_scale(length=16)"},
+        ),
+        (ReRoPE(RotaryEmbedding(8), 4, leak=2.0), {"head_dim": 8, "window": 4, "leak": 2.0}),
         (
             TinyDecoder("rope_nope", **decoder_settings, nope_every=2),
             {"scheme": "rope_nope", "nope_every": 2, **decoder_settings},

@@ -10,7 +10,10 @@ rotated query are computed in float64 with pecode
 before anything is written, against the independent scalar loop
 :func:`pecode.reference.rope.rope_loop` and :func:`math.cos`/:func:`math.sin`: a
 difference above 1e-12 stops the generation. The output is deterministic (sorted keys,
-floats as their shortest round-trip ``repr``). ``--check`` writes nothing and exits 1 if
+floats as their shortest round-trip ``repr``). Each case also records, per position, how
+many pairs are beyond float32 (``float32_beyond``: their float32 cos/sin tolerance would
+exceed ``pecode.conformance.FLOAT32_TABLE_CAP``, so check_rope_engine does not compare
+them). ``--check`` writes nothing and exits 1 if
 the file differs from what would be written.
 """
 
@@ -26,7 +29,7 @@ from typing import Any
 import torch
 
 import pecode
-from pecode.conformance import published_configs
+from pecode.conformance import FLOAT32_TABLE_CAP, float32_beyond, published_configs
 from pecode.reference.rope import rope_loop
 from pecode.rope import apply_partial_rope, rope_cos_sin
 from pecode.scaling import (
@@ -41,6 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "pecode" / "conformance" / "vectors_v1.json"
 F64 = torch.float64
 CROSS_CHECK_ATOL = 1e-12
+# float32 cos/sin tolerance: 1e-6 + (1e-6 + 4 * 2^-24) * (1 + |angle|); the angle where it
+# reaches the cap
+BEYOND_ANGLE = (FLOAT32_TABLE_CAP - 1e-6) / (1e-6 + 4 * 2.0**-24) - 1
 
 DESCRIPTION = (
     "Float64 reference values of rotary position embedding (RoPE) for published model "
@@ -116,12 +122,30 @@ CONVENTIONS = {
     "tolerances": (
         "check_rope_engine compares, for float32 engines (float32=True): inv_freq, "
         "attention_factor and query_scale with relative error r = 1e-6, and each cos and "
-        "sin entry with absolute error 1e-6 + (r + 4 * 2^-24) * (1 + |p theta_i|): a "
-        "frequency off by r moves the angle p theta_i by r |p theta_i|, and float32 rounds "
-        "the angle to 2^-24 of its size, so the error grows with the angle. A q_rotated "
-        "entry of the pair (a, b) gets the angle term times attention_factor * (|a| + |b|) "
-        "and the floor times max(1, attention_factor). For float64 engines "
-        "(float32=False): 1e-12 in place of 1e-6 and 2^-53 in place of 2^-24."
+        "sin entry with absolute error 1e-6 + (r + 4 * 2^-24) * (1 + |p theta_i|): the "
+        "angle p theta_i computed in float32 is off by about 2^-24 |p theta_i| (its "
+        "rounding) plus r |p theta_i| when the frequency is off by the r it is allowed "
+        "(its own rounding), so the error grows with the angle. A q_rotated entry of the "
+        "pair (a, b) gets the angle term times attention_factor * (|a| + |b|) and the "
+        "floor times max(1, attention_factor). Entries beyond float32 (see "
+        "float32_beyond) are not compared with these tolerances. A case passes only if "
+        "the engine returned something for it (an empty result is a skip, not a pass) "
+        "and it compared inv_freq, or cos and sin, or q_rotated. For float64 engines "
+        "(float32=False): 1e-12 in place of 1e-6 and 2^-53 in place of 2^-24, and every "
+        "entry is compared."
+    ),
+    "float32_beyond": (
+        "Per position, the number of pairs i whose float32 cos/sin tolerance would exceed "
+        f"{FLOAT32_TABLE_CAP} (an angle |p theta_i| above {BEYOND_ANGLE:.0f} radians). "
+        "The tolerance grows by about 1.24e-6 per radian (0.16 at an angle of 131071, "
+        "0.33 at 262147, 0.65 at 524291, 13 at 10485759) and a float32 engine cannot get "
+        "such angles right to better than that, so a tolerance there would let a wrong "
+        "cos or sin (even its negation) pass: with the float32 tolerances these cos and "
+        "sin entries, and both q_rotated features of the pair, are not compared, and "
+        "check_rope_engine reports them as beyond float32. They are the low pairs "
+        "(large theta_i) at the long positions: 2 L0 + 3 and max_position_embeddings - "
+        "1, and L0 - 1 and L0 where theta_0 L0 is above that angle. Positions 0 and 1 "
+        "are always compared. Float64 engines are compared everywhere."
     ),
     "values": "float64, written with the shortest decimal that reads back to the same double.",
 }
@@ -212,6 +236,7 @@ def make_case(
         "q": q.tolist(),
         "q_rotated": rotated.tolist(),
         "query_temperature": None,
+        "float32_beyond": float32_beyond(where, inv_freq).sum(dim=-1).tolist(),
         "note": "; ".join(notes),
     }
     # the independent float64 loop: math.cos/sin pair by pair, and rope_loop's rotation

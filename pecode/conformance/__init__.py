@@ -10,8 +10,10 @@ multiplied by the attention factor), and the log-length query temperature where 
 config asks for one. Both files are plain JSON, so that an engine in any language can
 check itself: read the file, and for each case compute from ``hf_config`` (with
 ``layer_type`` and ``seq_len``) what the engine would, then compare with the tolerances
-the file's ``conventions`` state (:func:`check_rope_engine` applies them in Python). Its
-``conventions`` entry defines every quantity in plain words.
+the file's ``conventions`` state (:func:`check_rope_engine` applies them in Python; with
+the float32 tolerances it leaves out the entries at angles too large for float32, which
+each case's ``float32_beyond`` counts). Its ``conventions`` entry defines every quantity
+in plain words.
 
 :func:`check_rope_engine` runs such an engine written in Python, :func:`pecode_engine`
 is pecode's own.
@@ -21,22 +23,27 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
 
 __all__ = [
+    "FLOAT32_TABLE_CAP",
     "CaseResult",
     "ConformanceReport",
     "check_rope_engine",
     "conformance_vectors",
+    "float32_beyond",
     "pecode_engine",
     "published_configs",
 ]
 
 VECTORS_FILE = "vectors_v1.json"
 ENGINE_KEYS = ("inv_freq", "attention_factor", "cos", "sin", "q_rotated", "query_scale")
+#: With the float32 tolerances, a cos/sin entry whose tolerance would exceed this (absolute)
+#: is not compared, nor are the q_rotated entries of that pair at that position.
+FLOAT32_TABLE_CAP = 0.05
 
 
 @cache
@@ -72,34 +79,75 @@ def conformance_vectors() -> dict[str, Any]:
 class CaseResult:
     """How one engine's values for one case compare with the reference.
 
+    A case is *skipped* when the engine returned nothing for it (an empty dict), and
+    *incomplete* when it compared values but neither the frequencies (``inv_freq``) nor
+    the tables (``cos`` and ``sin``, or ``q_rotated``): an ``attention_factor`` alone
+    does not show that the engine rotates anything right. Only a case that is neither
+    and has every compared key within its tolerance *passed*.
+
     Attributes:
         case: the case's ``id`` (``config/layer_type``, ``@seq_len`` for LongRoPE).
-        compared: the keys the engine returned, in the order ``inv_freq``,
-            ``attention_factor``, ``cos``, ``sin``, ``q_rotated``, ``query_scale``.
-        errors: per key, the largest absolute error (relative for ``inv_freq``,
-            ``attention_factor`` and ``query_scale``).
-        ratios: per key, the largest error divided by its tolerance (pass: at most 1).
+        compared: the keys compared (returned by the engine, with at least one entry
+            compared), in the order ``inv_freq``, ``attention_factor``, ``cos``, ``sin``,
+            ``q_rotated``, ``query_scale``.
+        errors: per compared key, the largest absolute error over its compared entries
+            (relative for ``inv_freq``, ``attention_factor`` and ``query_scale``).
+        ratios: per compared key, the largest error divided by its tolerance (pass: at
+            most 1).
+        entries: per compared key, how many entries were compared.
+        beyond: per returned ``cos``, ``sin`` or ``q_rotated``, how many entries were not
+            compared because their float32 tolerance would exceed
+            :data:`FLOAT32_TABLE_CAP` (float32 mode only; see :func:`check_rope_engine`).
     """
 
     case: str
     compared: tuple[str, ...]
     errors: Mapping[str, float]
     ratios: Mapping[str, float]
+    entries: Mapping[str, int] = field(default_factory=dict)
+    beyond: Mapping[str, int] = field(default_factory=dict)
 
     @property
-    def passed(self) -> bool:
-        """Every compared key within its tolerance."""
-        return all(ratio <= 1.0 for ratio in self.ratios.values())
+    def skipped(self) -> bool:
+        """True when nothing was compared (the engine returned an empty dict for this case)."""
+        return not self.compared
+
+    @property
+    def complete(self) -> bool:
+        """The frequencies (``inv_freq``) or the tables (``cos`` and ``sin``, or
+        ``q_rotated``) were compared."""
+        keys = set(self.compared)
+        return "inv_freq" in keys or {"cos", "sin"} <= keys or "q_rotated" in keys
 
     @property
     def failed_keys(self) -> tuple[str, ...]:
         """The keys outside their tolerance."""
         return tuple(key for key in self.compared if self.ratios[key] > 1.0)
 
+    @property
+    def failed(self) -> bool:
+        """Some compared key is outside its tolerance."""
+        return bool(self.failed_keys)
+
+    @property
+    def passed(self) -> bool:
+        """Complete (so not skipped) and every compared key within its tolerance."""
+        return self.complete and not self.failed
+
+    @property
+    def status(self) -> str:
+        """``ok``, ``FAIL``, ``skip`` (nothing compared) or ``part`` (incomplete)."""
+        if self.failed:
+            return "FAIL"
+        if self.skipped:
+            return "skip"
+        return "ok" if self.complete else "part"
+
 
 @dataclass(frozen=True)
 class ConformanceReport:
-    """An engine's results over all cases of the conformance vectors.
+    """An engine's results over all cases it was given (the conformance vectors, or the
+    subset passed as ``vectors``).
 
     Attributes:
         results: one :class:`CaseResult` per case, in the file's order.
@@ -113,13 +161,40 @@ class ConformanceReport:
 
     @property
     def passed(self) -> bool:
-        """Every case passed, and at least one value was compared."""
-        return any(r.compared for r in self.results) and all(r.passed for r in self.results)
+        """Every case was checked (none skipped), compared the frequencies or the tables
+        (none incomplete) and is within tolerance."""
+        return bool(self.results) and all(r.passed for r in self.results)
+
+    @property
+    def checked(self) -> tuple[CaseResult, ...]:
+        """The cases where something was compared (not skipped)."""
+        return tuple(r for r in self.results if not r.skipped)
+
+    @property
+    def skipped(self) -> tuple[CaseResult, ...]:
+        """The cases the engine returned nothing for."""
+        return tuple(r for r in self.results if r.skipped)
+
+    @property
+    def incomplete(self) -> tuple[CaseResult, ...]:
+        """The checked cases that compared neither the frequencies nor the tables."""
+        return tuple(r for r in self.results if not r.skipped and not r.complete)
 
     @property
     def failures(self) -> tuple[CaseResult, ...]:
-        """The cases that failed."""
-        return tuple(r for r in self.results if not r.passed)
+        """The cases with a compared key outside its tolerance."""
+        return tuple(r for r in self.results if r.failed)
+
+    @property
+    def beyond(self) -> dict[str, int]:
+        """Per key (``cos``, ``sin``, ``q_rotated``), the entries over all cases that were
+        not compared because their float32 tolerance would exceed
+        :data:`FLOAT32_TABLE_CAP` (empty with the float64 tolerances)."""
+        total: dict[str, int] = {}
+        for result in self.results:
+            for key, count in result.beyond.items():
+                total[key] = total.get(key, 0) + count
+        return {key: total[key] for key in ENGINE_KEYS if key in total}
 
     @property
     def worst(self) -> dict[str, float]:
@@ -132,7 +207,8 @@ class ConformanceReport:
 
     @property
     def worst_ratio(self) -> dict[str, float]:
-        """Per key, the largest error over tolerance over all cases (pass: at most 1)."""
+        """The largest ratio of error to tolerance over all cases, for each key compared
+        (the cases pass where it is at most 1)."""
         worst: dict[str, float] = {}
         for result in self.results:
             for key, ratio in result.ratios.items():
@@ -140,10 +216,14 @@ class ConformanceReport:
         return {key: worst[key] for key in ENGINE_KEYS if key in worst}
 
     def table(self) -> str:
-        """One line per case: its id, pass or FAIL, and error/tolerance per key."""
+        """One line per case: its id, its status (``ok``, ``FAIL``, ``skip``, ``part``),
+        error/tolerance per key and, with the float32 tolerances, how many entries were
+        beyond float32 (not compared)."""
         keys = [k for k in ENGINE_KEYS if any(k in r.ratios for r in self.results)]
         width = max([len(r.case) for r in self.results] + [4])
         head = f"{'case':<{width}}  {'':4}  " + "  ".join(f"{k:>9}" for k in keys)
+        if self.float32:
+            head += f"  {'beyond':>6}"
         lines = [head, "-" * len(head)]
         for r in self.results:
             cells = "  ".join(
@@ -152,16 +232,30 @@ class ConformanceReport:
                 else f"{'-':>{max(9, len(k))}}"
                 for k in keys
             )
-            lines.append(f"{r.case:<{width}}  {'ok' if r.passed else 'FAIL':4}  {cells}")
+            if self.float32:
+                cells += f"  {sum(r.beyond.values()):>6}"
+            lines.append(f"{r.case:<{width}}  {r.status:4}  {cells}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
         kind = "float32" if self.float32 else "float64"
         verdict = "PASSED" if self.passed else "FAILED"
+        total = len(self.results)
+        passing = sum(r.passed for r in self.results)
         summary = (
             f"RoPE conformance v{self.version} ({kind} tolerances): {verdict}, "
-            f"{len(self.results) - len(self.failures)}/{len(self.results)} cases pass"
+            f"{passing}/{total} cases pass\n"
+            f"cases: {total} given, {len(self.checked)} checked, {len(self.skipped)} skipped "
+            f"(nothing returned), {len(self.incomplete)} incomplete (neither inv_freq nor "
+            f"cos+sin nor q_rotated compared), {len(self.failures)} failed"
         )
+        if self.float32:
+            beyond = self.beyond
+            counts = ", ".join(f"{k} {v}" for k, v in beyond.items()) or "none"
+            summary += (
+                f"\nbeyond float32 (tolerance above {FLOAT32_TABLE_CAP}, not compared): "
+                f"{sum(beyond.values())} entries ({counts})"
+            )
         worst = ", ".join(f"{k} {v:.3g}" for k, v in self.worst.items()) or "nothing compared"
         return (
             f"{summary}\nworst error per key: {worst}\n"
@@ -172,6 +266,26 @@ class ConformanceReport:
 def _tolerances(float32: bool) -> tuple[float, float]:
     """(the floor, the rounding unit of an angle) of the float32 or float64 tolerances."""
     return (1e-6, 2.0**-24) if float32 else (1e-12, 2.0**-53)
+
+
+def _angle_tolerance(positions: Any, inv_freq: Any, float32: bool) -> Any:
+    """[positions, pairs]: the angle term of the cos/sin tolerance (see check_rope_engine)."""
+    import torch
+
+    floor, unit = _tolerances(float32)
+    positions = torch.as_tensor(positions, dtype=torch.float64)
+    inv_freq = torch.as_tensor(inv_freq, dtype=torch.float64)
+    # a frequency off by `floor` (its relative tolerance) moves the angle p θ_i by that
+    # much of |p θ_i|, and the angle is rounded to `unit` of its size: the error grows
+    # with the angle
+    return (floor + 4 * unit) * (1 + (positions[:, None] * inv_freq).abs())
+
+
+def float32_beyond(positions: Any, inv_freq: Any) -> Any:
+    """[positions, pairs] bool: the entries a float32 engine is not checked at, where the
+    float32 cos/sin tolerance would exceed :data:`FLOAT32_TABLE_CAP`."""
+    floor, _ = _tolerances(True)
+    return floor + _angle_tolerance(positions, inv_freq, True) > FLOAT32_TABLE_CAP
 
 
 def _as_floats(case_id: str, key: str, value: Any, shape: tuple[int, ...]) -> Any:
@@ -199,27 +313,39 @@ def _as_floats(case_id: str, key: str, value: Any, shape: tuple[int, ...]) -> An
 def _check_case(case: Mapping[str, Any], values: Mapping[str, Any], float32: bool) -> CaseResult:
     import torch
 
-    floor, unit = _tolerances(float32)
+    floor, _ = _tolerances(float32)
     case_id = case["id"]
     errors: dict[str, float] = {}
     ratios: dict[str, float] = {}
     positions = torch.tensor(case["positions"], dtype=torch.float64)
     inv_freq = torch.tensor(case["inv_freq"], dtype=torch.float64)
     rel = floor  # relative tolerance of frequencies, factors and scales
-    # a frequency off by `rel` moves the angle p θ_i by rel |p θ_i|, and the angle is rounded
-    # to `unit` of its size: the error grows with the angle
-    angle_tol = (rel + 4 * unit) * (1 + (positions[:, None] * inv_freq).abs())
+    entries: dict[str, int] = {}
+    beyond: dict[str, int] = {}
+    angle_tol = _angle_tolerance(positions, inv_freq, float32)
+    # float32: where the cos/sin tolerance would exceed the cap, the entry says nothing (a
+    # wrong value could hide there), so it is not compared; float64 compares everything
+    if float32:
+        far = float32_beyond(positions, inv_freq)
+    else:
+        far = torch.zeros_like(angle_tol, dtype=torch.bool)
 
     def relative(key: str, ref: Any, got: Any) -> None:
         diff = (got - ref).abs()
         error = (diff / ref.abs().clamp_min(1e-300)).where(ref != 0, diff)
         errors[key] = float(error.max()) if error.numel() else 0.0
         ratios[key] = errors[key] / rel
+        entries[key] = error.numel()
 
-    def absolute(key: str, ref: Any, got: Any, tol: Any) -> None:
-        diff = (got - ref).abs()
-        errors[key] = float(diff.max()) if diff.numel() else 0.0
-        ratios[key] = float((diff / tol).max()) if diff.numel() else 0.0
+    def absolute(key: str, ref: Any, got: Any, tol: Any, skip: Any) -> None:
+        keep = ~skip
+        diff = (got - ref).abs()[keep]
+        if int(skip.sum()):
+            beyond[key] = int(skip.sum())
+        if diff.numel():
+            errors[key] = float(diff.max())
+            ratios[key] = float((diff / tol.expand_as(ref)[keep]).max())
+            entries[key] = diff.numel()
 
     for key in values:
         if key not in ENGINE_KEYS:
@@ -246,7 +372,7 @@ def _check_case(case: Mapping[str, Any], values: Mapping[str, Any], float32: boo
         if key in values:
             ref = torch.tensor(case[key], dtype=torch.float64)
             got = _as_floats(case_id, key, values[key], tuple(ref.shape))
-            absolute(key, ref, got, floor + angle_tol)
+            absolute(key, ref, got, floor + angle_tol, far)
     if "q_rotated" in values:
         ref = torch.tensor(case["q_rotated"], dtype=torch.float64)
         got = _as_floats(case_id, "q_rotated", values["q_rotated"], tuple(ref.shape))
@@ -256,7 +382,9 @@ def _check_case(case: Mapping[str, Any], values: Mapping[str, Any], float32: boo
         rotated_tol = case["attention_factor"] * size * angle_tol
         tol = torch.full_like(ref, floor * max(1.0, case["attention_factor"]))
         tol[:, : 2 * half] += torch.cat((rotated_tol, rotated_tol), dim=-1)
-        absolute("q_rotated", ref, got, tol)
+        skip = torch.zeros_like(ref, dtype=torch.bool)
+        skip[:, : 2 * half] = torch.cat((far, far), dim=-1)
+        absolute("q_rotated", ref, got, tol, skip)
     if "query_scale" in values:
         temperature = case["query_temperature"]
         if temperature is None:
@@ -268,7 +396,7 @@ def _check_case(case: Mapping[str, Any], values: Mapping[str, Any], float32: boo
         got = _as_floats(case_id, "query_scale", values["query_scale"], tuple(ref.shape))
         relative("query_scale", ref, got)
     compared = tuple(key for key in ENGINE_KEYS if key in errors)
-    return CaseResult(case_id, compared, errors, ratios)
+    return CaseResult(case_id, compared, errors, ratios, entries, beyond)
 
 
 def check_rope_engine(
@@ -290,23 +418,45 @@ def check_rope_engine(
     Tolerances, for float32 engines (``float32=True``): relative error ``r = 1e-6`` for
     ``inv_freq``, ``attention_factor`` and ``query_scale``; absolute error
     ``1e-6 + (r + 4 · 2^-24) · (1 + |p θ_i|)`` per ``cos`` and ``sin`` entry at position
-    ``p`` and pair ``i``. The angle ``p θ_i`` is off by ``r |p θ_i|`` when the frequency
-    is off by the ``r`` it is allowed, and float32 rounds it to ``2^-24`` of its size
-    again: the error grows with the angle (at position 131071 and ``θ_0 = 1`` that allows
-    0.16). For ``q_rotated`` the angle term is multiplied by ``attention_factor · (|a| +
-    |b|)`` of the pair ``(a, b)``, and the floor by ``max(1, attention_factor)``. With
+    ``p`` and pair ``i``. The angle ``p θ_i`` computed in float32 is off by about
+    ``2^-24 · |p θ_i|`` (its rounding), plus ``r |p θ_i|`` when the frequency is off by
+    the ``r`` it is allowed (its own float32 rounding): the error grows with the angle.
+    For ``q_rotated`` the angle term is multiplied by ``attention_factor · (|a| + |b|)``
+    of the pair ``(a, b)``, and the floor by ``max(1, attention_factor)``. With
     ``float32=False`` (float64 engines): 1e-12 in place of 1e-6 and ``2^-53`` in place
-    of ``2^-24``.
+    of ``2^-24``, every entry compared.
+
+    Beyond float32: the cos/sin tolerance is 1.24e-6 per radian of angle, so it reaches
+    0.16 at ``|p θ_i| = 131071``, 0.33 at 262147 (Gemma 3 4B's sliding and Gemma 4's
+    layers, ``θ_0 = 1``), 0.65 at 524291 (Qwen3.5) and 13 at 10,485,759 (Llama 4 Scout),
+    where it says nothing: cos and sin lie in [-1, 1], and a float32 engine cannot get
+    such an angle right to better than that. So with the float32 tolerances an entry
+    whose cos/sin tolerance would exceed :data:`FLOAT32_TABLE_CAP` (0.05, an angle
+    ``|p θ_i|`` above about 40,372 radians) is not compared, for ``cos``, ``sin`` and
+    both features of the pair in ``q_rotated``; the report counts those entries as
+    *beyond float32*, per case (:attr:`CaseResult.beyond`) and in all
+    (:attr:`ConformanceReport.beyond`). In the vectors these are the low pairs (large
+    ``θ_i``) at positions ``2 L0 + 3`` and ``max_position_embeddings - 1``, and also at
+    ``L0 - 1`` and ``L0`` where ``θ_0 L0`` exceeds that angle (Qwen3 0.6B, Qwen3.5,
+    Gemma 3 4B's sliding layers, Gemma 4, SmolLM3, OLMo 3's sliding layers); each case's
+    ``float32_beyond`` gives their number per position. Positions 0 and 1 (and the
+    high pairs everywhere) are always compared, so every case keeps checked entries.
+    A float64 engine is checked at every entry with ``float32=False``.
 
     Args:
         engine: a callable ``engine(case) -> dict`` as above.
         vectors: the data set to check against (default: :func:`conformance_vectors`);
-            a subset of its cases checks only those.
+            a subset of its cases checks only those (and "every case" below means every
+            case of that subset).
         float32: the float32 tolerances (default) or the float64 ones.
 
     Returns:
-        A :class:`ConformanceReport`; its ``passed`` is True when every compared value is
-        within tolerance (and anything was compared), ``str(report)`` a table.
+        A :class:`ConformanceReport`. Its ``passed`` is True only when every case was
+        checked (none skipped: an empty dict is a skip, not a pass), each compared the
+        frequencies (``inv_freq``) or the tables (``cos`` and ``sin``, or
+        ``q_rotated``), and every compared value is within tolerance; ``str(report)``
+        gives the checked / skipped / incomplete / failed counts, the entries beyond
+        float32 and a table.
 
     Raises:
         TypeError: ``engine`` is not callable, ``float32`` is not a bool, ``vectors`` is

@@ -44,9 +44,11 @@ from pecode.experiments import models as _models
 from pecode.experiments import tasks as _tasks
 from pecode.experiments.models import (
     FrequencyRotary,
+    ScaledQueries,
     SilencedPairs,
     TinyDecoder,
     attention_beyond,
+    attention_entropy,
     cpu_threads,
     map_jobs,
     readings,
@@ -99,6 +101,14 @@ ROPE_READINGS: tuple[str, ...] = _models.ROPE_READINGS
 """Every reading :func:`with_rope_scaling` accepts: the scalings and ``"yarn_paper"``, YaRN
 with the paper's ramp (:func:`yarn_paper_frequencies`)."""
 
+PRACTICE_READINGS: tuple[str, ...] = _models.PRACTICE_READINGS
+"""Readings from 2023–26 practice that :func:`with_rope_scaling` and
+:func:`run_experiment` accept beside ``ROPE_READINGS`` (chapter 11.1): Qwen's ``"logn"``
+query factor, Llama 4's ``"log_length"`` one, ``"rerope"`` and ``"leaky_rerope"``."""
+
+REROPE_WINDOW_SHARE: float = _models.REROPE_WINDOW_SHARE
+"""ReRoPE's window in ``PRACTICE_READINGS``, as a share of the training length (0.5)."""
+
 IGNORE_INDEX: int = _tasks.IGNORE_INDEX
 """Target value of positions without a target; ignored by the loss and the accuracy."""
 
@@ -106,7 +116,9 @@ __all__ = [
     "HYBRID_SCHEMES",
     "IGNORE_INDEX",
     "NOPE_EVERY",
+    "PRACTICE_READINGS",
     "P_ROPE_FRACTION",
+    "REROPE_WINDOW_SHARE",
     "ROPE_READINGS",
     "ROPE_SCALINGS",
     "SCHEMES",
@@ -116,9 +128,11 @@ __all__ = [
     "NeedleCopyBatch",
     "PairedInterval",
     "Probes",
+    "ScaledQueries",
     "SilencedPairs",
     "TinyDecoder",
     "attention_beyond",
+    "attention_entropy",
     "cpu_threads",
     "delayed_copy_batch",
     "evaluate",
@@ -559,7 +573,8 @@ def run_experiment(
         config: tasks, model and budget.
         seeds: the training seeds (distinct non-negative ints).
         schemes: a subset of ``SCHEMES`` and ``HYBRID_SCHEMES``.
-        rope_scalings: a subset of ``ROPE_READINGS`` (ignored without ``"rope"``).
+        rope_scalings: a subset of ``ROPE_READINGS`` and ``PRACTICE_READINGS`` (ignored
+            without ``"rope"``).
         window: the test-time attention window, or ``None``.
         eval_seed: offset of the test sets' seeds.
         workers: processes that train and evaluate the models (:func:`map_jobs`); the
@@ -578,8 +593,11 @@ def run_experiment(
         if name not in SCHEMES + HYBRID_SCHEMES:
             raise ValueError(f"unknown scheme {name!r}; accepted: {list(SCHEMES + HYBRID_SCHEMES)}")
     for kind in rope_scalings:
-        if kind not in ROPE_READINGS:
-            raise ValueError(f"unknown rope scaling {kind!r}; accepted: {list(ROPE_READINGS)}")
+        if kind not in ROPE_READINGS + PRACTICE_READINGS:
+            raise ValueError(
+                f"unknown rope scaling {kind!r}; accepted: "
+                f"{list(ROPE_READINGS + PRACTICE_READINGS)}"
+            )
     if window is not None:
         check_int("window", window, 1)
     names = list(schemes)

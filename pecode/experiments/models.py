@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import multiprocessing
 from collections.abc import Callable, Sequence
@@ -37,21 +38,31 @@ from pecode.alibi import ALiBi
 from pecode.attention import MultiHeadAttention, PositionScheme
 from pecode.layer_pattern import nope_layers
 from pecode.relative import T5RelativePositionBias
+from pecode.rerope import ReRoPE
 from pecode.rope import RotaryEmbedding, apply_rope, rope_cos_sin, rope_inv_freq
-from pecode.scaling import rope_frequencies, yarn_attention_factor
+from pecode.scaling import (
+    log_length_query_scale,
+    logn_query_scale,
+    rope_frequencies,
+    yarn_attention_factor,
+)
 from pecode.utils import cpu_threads
 
 __all__ = [
     "HYBRID_SCHEMES",
     "NOPE_EVERY",
+    "PRACTICE_READINGS",
     "P_ROPE_FRACTION",
+    "REROPE_WINDOW_SHARE",
     "ROPE_READINGS",
     "ROPE_SCALINGS",
     "SCHEMES",
     "FrequencyRotary",
+    "ScaledQueries",
     "SilencedPairs",
     "TinyDecoder",
     "attention_beyond",
+    "attention_entropy",
     "cpu_threads",
     "map_jobs",
     "sliding_window_mask",
@@ -90,10 +101,24 @@ ROPE_READINGS: tuple[str, ...] = (
     "yarn_frequencies",
     "yarn_temperature",
 )
-"""Every reading :func:`with_rope_scaling` accepts: ``ROPE_SCALINGS``; ``"yarn_paper"``,
+"""The readings of chapter 13: ``ROPE_SCALINGS``; ``"yarn_paper"``,
 YaRN with the paper's ramp (:func:`yarn_paper_frequencies`); and YaRN's two parts
 apart: ``"yarn_frequencies"``, the code's ramp with attention factor 1, and
 ``"yarn_temperature"``, the trained frequencies with YaRN's attention factor."""
+
+
+PRACTICE_READINGS: tuple[str, ...] = ("logn", "log_length", "rerope", "leaky_rerope")
+"""Readings of a trained RoPE model from 2023–26 practice (chapter 11.1), accepted by
+:func:`with_rope_scaling` beside ``ROPE_READINGS``: ``"logn"``, Qwen's query factor
+:func:`~pecode.scaling.logn_query_scale`; ``"log_length"``, Llama 4's and Ministral 3's
+:func:`~pecode.scaling.log_length_query_scale` with ``β = 0.1`` counted in training
+lengths; ``"rerope"``, :class:`~pecode.rerope.ReRoPE` with the window
+:data:`REROPE_WINDOW_SHARE` of the training length; ``"leaky_rerope"``, Leaky ReRoPE with
+that window and the leak that brings the test length's longest distance down to the
+training length's (plain RoPE at the training length itself)."""
+
+REROPE_WINDOW_SHARE: float = 0.5
+"""ReRoPE's window as a share of the training length in ``PRACTICE_READINGS``."""
 
 
 def sliding_window_mask(length: int, window: int) -> Tensor:
@@ -462,8 +487,64 @@ def with_pairs_silenced(model: TinyDecoder, pairs: Sequence[int]) -> TinyDecoder
     return silenced
 
 
+class ScaledQueries(PositionScheme):
+    """A rotary scheme whose rotated queries are multiplied by a factor of their position.
+
+    ``transform_qk`` rotates as ``rotary`` does, then multiplies each query by ``scale
+    (q_positions)`` (a length-dependent temperature: Qwen's ``logn``, Llama 4's
+    log-length factor); the keys are untouched. A probe of :func:`with_rope_scaling`.
+
+    Raises:
+        TypeError: ``rotary`` is not a PositionScheme or ``scale`` is not callable.
+    """
+
+    def __init__(self, rotary: PositionScheme, scale: Callable[[Tensor], Tensor]) -> None:
+        super().__init__()
+        if not isinstance(rotary, PositionScheme):
+            raise TypeError(f"rotary must be a PositionScheme, got {type(rotary).__name__}")
+        if not callable(scale):
+            raise TypeError(f"scale must be callable, got {type(scale).__name__}")
+        self.rotary, self.scale = rotary, scale
+
+    def extra_repr(self) -> str:
+        scale = self.scale
+        if isinstance(scale, functools.partial):  # name(settings), as built by _reading
+            settings = ", ".join(f"{k}={v!r}" for k, v in scale.keywords.items())
+            scale = f"{scale.func.__name__}({settings})"
+        else:
+            scale = getattr(scale, "__name__", type(scale).__name__)
+        return f"scale={scale!r}"
+
+    def transform_qk(
+        self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Rotate; then multiply each query by the scale of its position."""
+        q, k = self.rotary.transform_qk(q, k, q_positions, k_positions)
+        factor = self.scale(q_positions).to(q.device, q.dtype).unsqueeze(-1)  # [.., L, 1]
+        if factor.dim() == 3:  # [B, L, 1] -> [B, 1, L, 1]
+            factor = factor.unsqueeze(1)
+        return q * factor, k
+
+
 def _reading(old: RotaryEmbedding, kind: str, factor: float, train_length: int) -> PositionScheme:
     """The position scheme of one layer of a RoPE model read with ``kind``."""
+    if kind == "logn":
+        return ScaledQueries(old, functools.partial(logn_query_scale, length=train_length))
+    if kind == "log_length":
+        rule = functools.partial(log_length_query_scale, beta=0.1, length=train_length)
+        return ScaledQueries(old, rule)
+    if kind in ("rerope", "leaky_rerope"):
+        if train_length < 3:  # a window of at least 1 with room past it
+            raise ValueError(
+                f"{kind} needs a model trained on at least 3 tokens, got max_len={train_length}"
+            )
+        window = int(REROPE_WINDOW_SHARE * train_length)
+        longest = round(factor * train_length) - 1
+        if kind == "rerope":
+            return ReRoPE(old, window)
+        if longest <= train_length - 1:
+            return old  # no distance past the training length's: plain RoPE
+        return ReRoPE(old, window, leak=(longest - window) / (train_length - 1 - window))
     if kind == "yarn_paper":
         inv_freq = yarn_paper_frequencies(old.head_dim, old.base, factor, train_length)
         return FrequencyRotary(inv_freq, yarn_attention_factor(factor))
@@ -502,7 +583,8 @@ def with_rope_scaling(model: TinyDecoder, kind: str, factor: float) -> TinyDecod
     Args:
         model: a :class:`TinyDecoder` built with ``scheme="rope"``.
         kind: one of ``ROPE_READINGS`` (``"linear"``: Chen et al. 2023; ``"ntk"``:
-            NTK-aware; ``"yarn"``, ``"yarn_paper"``: Peng et al. 2023).
+            NTK-aware; ``"yarn"``, ``"yarn_paper"``: Peng et al. 2023) or
+            ``PRACTICE_READINGS``.
         factor: the context extension ``s >= 1``, usually test length / training length.
 
     Raises:
@@ -513,8 +595,10 @@ def with_rope_scaling(model: TinyDecoder, kind: str, factor: float) -> TinyDecod
         raise TypeError(f"model must be a TinyDecoder, got {type(model).__name__}")
     if model.scheme != "rope":
         raise ValueError(f"model must use scheme 'rope', got {model.scheme!r}")
-    if kind not in ROPE_READINGS:
-        raise ValueError(f"unknown kind {kind!r}; accepted: {list(ROPE_READINGS)}")
+    if kind not in ROPE_READINGS + PRACTICE_READINGS:
+        raise ValueError(
+            f"unknown kind {kind!r}; accepted: {list(ROPE_READINGS + PRACTICE_READINGS)}"
+        )
     if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor >= 1:
         raise ValueError(f"factor must be a number >= 1, got {factor!r}")
     scaled = copy.deepcopy(model)
@@ -575,6 +659,54 @@ def attention_beyond(
             for layer, weights in enumerate(captured):  # [B, H, L, L]
                 mass = (weights.double() * far).sum(-1)[..., distance:]  # [B, H, L - distance]
                 totals[layer] += mass.mean(-1).sum(0)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return totals / tokens.shape[0]
+
+
+@torch.no_grad()
+def attention_entropy(
+    model: TinyDecoder, tokens: Tensor, *, last: int, batch_size: int = 4
+) -> Tensor:
+    """Mean entropy (nats) of each layer's attention rows, for the last ``last`` queries.
+
+    The attention probabilities of every layer
+    (:meth:`pecode.attention.MultiHeadAttention.attention_weights` on the input the layer
+    receives in the forward pass), each row's entropy ``-Σ_j p_j ln p_j``, averaged over
+    the heads, the queries at positions ``seq - last .. seq - 1`` and the rows of
+    ``tokens``. A query that sees ``n`` keys spread evenly has entropy ``ln n``.
+
+    Shapes::
+
+        tokens: [batch, seq]    returns: [num_layers] (float64)
+
+    Raises:
+        ValueError: ``last`` is not a positive int of at most ``seq``.
+    """
+    length = tokens.shape[-1]
+    check_int("last", last, 1)
+    if last > length:
+        raise ValueError(f"last={last} must be at most the input length {length}")
+    totals = torch.zeros(len(model.blocks), dtype=torch.float64)
+    captured: list[Tensor] = []
+    hooks = [
+        block.attention.register_forward_hook(
+            lambda module, args, kwargs, output: captured.append(
+                module.attention_weights(args[0], causal=True)
+            ),
+            with_kwargs=True,
+        )
+        for block in model.blocks
+    ]
+    try:
+        for rows in tokens.split(batch_size):
+            captured.clear()
+            model(rows)
+            for layer, weights in enumerate(captured):  # [B, H, L, L]
+                p = weights[..., -last:, :].double()
+                entropy = -(p * torch.log(p.clamp(min=1e-300))).sum(-1)  # 0 ln 0 = 0
+                totals[layer] += entropy.mean((1, 2)).sum(0)
     finally:
         for hook in hooks:
             hook.remove()

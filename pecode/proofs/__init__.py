@@ -47,6 +47,7 @@ MODULES = (
     "mrope",
     "relative",
     "rope",
+    "rope_base",
     "scaling",
     "sinusoidal",
 )

@@ -23,7 +23,15 @@ from typing import Any
 import sympy as sp
 from sympy.matrices.expressions.matexpr import MatrixExpr
 
-__all__ = ["Proof", "ProofCase", "Step", "equal_as_built", "is_zero", "residual"]
+__all__ = [
+    "ForcedStep",
+    "Proof",
+    "ProofCase",
+    "Step",
+    "equal_as_built",
+    "is_zero",
+    "residual",
+]
 
 
 def residual(lhs: Any, rhs: Any, subs: Mapping[Any, Any] | None = None) -> Any:
@@ -132,6 +140,29 @@ class Step:
         if self.latex is not None:
             return self.latex
         return f"{sp.latex(self.lhs)} = {sp.latex(self.rhs)}"
+
+
+class ForcedStep(Step):
+    """A :class:`Step` whose residual first applies rules that hold for positive symbols.
+
+    Such rules (``(b s)^x = b^x s^x``, ``ln(x^y) = y ln x``) are wrong for a symbol that
+    may be negative, and sympy applies them only with ``force=True``; a subclass names
+    them in :meth:`forced`, and they are used only when every symbol of the step is
+    positive (otherwise the step gets the usual residual).
+    """
+
+    def forced(self, diff: Any) -> Any:
+        """The simplified ``diff`` under the forced rules (for positive symbols)."""
+        raise NotImplementedError
+
+    @cached_property
+    def residual(self) -> Any:  # type: ignore[override]
+        diff = self.lhs - self.rhs
+        if self.subs:
+            diff = diff.subs(dict(self.subs))
+        if not all(symbol.is_positive for symbol in diff.free_symbols):
+            return residual(self.lhs, self.rhs, self.subs)
+        return self.forced(diff)
 
 
 @dataclass(frozen=True)

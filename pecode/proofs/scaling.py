@@ -19,12 +19,11 @@ from functools import cached_property
 
 import sympy as sp
 
-from pecode.proofs.core import Proof, ProofCase, Step, residual
+from pecode.proofs.core import ForcedStep, Proof, ProofCase, Step, residual
 
 __all__ = [
     "CASES",
     "attention_factor_squares",
-    "critical_dimension_rule",
     "dynamic_equals_default",
     "linear_is_position_interpolation",
     "llama3_continuity",
@@ -48,7 +47,7 @@ def _rotation(angle: sp.Expr, scale: sp.Expr | int = 1) -> sp.Matrix:
     return sp.Matrix([[cos, -sin], [sin, cos]])
 
 
-class _PowerStep(Step):
+class _PowerStep(ForcedStep):
     """A :class:`Step` whose residual multiplies out powers of products first.
 
     ``(b s^e)^x = b^x s^{e x}`` holds for ``b, s > 0`` and real exponents; sympy does not
@@ -58,32 +57,8 @@ class _PowerStep(Step):
     symbol of the step is positive; otherwise the step gets the usual residual.
     """
 
-    @cached_property
-    def residual(self):  # type: ignore[override]
-        diff = self.lhs - self.rhs
-        if self.subs:
-            diff = diff.subs(dict(self.subs))
-        if not all(symbol.is_positive for symbol in diff.free_symbols):
-            return super().residual
+    def forced(self, diff):
         return sp.simplify(sp.powdenest(sp.expand_power_base(diff, force=True), force=True))
-
-
-class _LogStep(Step):
-    """A :class:`Step` whose residual splits logarithms of products and powers first.
-
-    ``ln(x^y) = y ln x`` and ``ln(xy) = ln x + ln y`` hold for positive ``x, y`` and a real
-    exponent; sympy applies them only with ``force=True``, which is wrong for a possibly
-    negative argument, so it is used only when every symbol of the step is positive.
-    """
-
-    @cached_property
-    def residual(self):  # type: ignore[override]
-        diff = self.lhs - self.rhs
-        if self.subs:
-            diff = diff.subs(dict(self.subs))
-        if not all(symbol.is_positive for symbol in diff.free_symbols):
-            return super().residual
-        return sp.simplify(sp.expand_log(diff.doit(), force=True))
 
 
 class _SumStep(Step):
@@ -393,55 +368,6 @@ def yarn_boundary(angle_per_turn: sp.Expr = 2 * sp.pi) -> Proof:
     )
 
 
-def critical_dimension_rule(exponent: sp.Expr | None = None) -> Proof:
-    """Liu et al.'s critical index ``i_c = (d/2) log_b(L0/2π)``, where it moves with the base,
-    and the base below which every pair completes a turn.
-
-    Step 1 substitutes ``i_c`` into ``L0 θ_i`` (an evaluation): that pair turns exactly once
-    over the trained length. Step 2 differentiates ``i_c`` in ``b``: the derivative is
-    negative for ``L0 > 2π`` and ``b > 1``, so a smaller base puts more pairs below
-    ``i_c``. Step 3 puts ``b* = (L0/2π)^{d/(d-2)}`` into ``i_c`` and gets ``d/2 - 1``, the
-    last pair: at any base up to ``b*`` every pair has turned at least once in training,
-    the reason a small base extrapolates too (chapter 11.1).
-
-    Args:
-        exponent: the exponent of ``L0/2π`` in ``b*``; ``d/(d-2)`` (the default) is right;
-            ``d/(d-1)``, the false neighbour, fails step 3.
-    """
-    exponent = d / (d - 2) if exponent is None else exponent
-    index = d * sp.log(L0 / (2 * sp.pi)) / (2 * sp.log(b))
-    turning = (L0 / (2 * sp.pi)) ** exponent
-    return Proof(
-        "The critical dimension and the base that turns every pair",
-        r"Pair $i$ turns once over $L_0$ tokens at $i_c = \frac{d}{2}\log_b\frac{L_0}{2\pi}$;"
-        r" $i_c$ grows as the base falls, and reaches the last pair, $d/2 - 1$, at"
-        rf" $b^* = {sp.latex(turning)}$.",
-        (
-            Step(
-                "At $i = i_c$ the pair turns exactly once over the trained length",
-                L0 * _theta(b, i),
-                2 * sp.pi,
-                subs={i: index},
-                latex=rf"\left.L_0\,{sp.latex(_theta(b, i))}\right|_{{i = {sp.latex(index)}}}"
-                r" = 2\pi",
-            ),
-            _LogStep(
-                r"$i_c$ falls as the base grows (negative for $L_0 > 2\pi$, $b > 1$)",
-                sp.Derivative(index, b),
-                -d * sp.log(L0 / (2 * sp.pi)) / (2 * b * sp.log(b) ** 2),
-            ),
-            _LogStep(
-                "At $b = b^*$ the critical index is the last pair, $d/2 - 1$",
-                index,
-                d / 2 - 1,
-                subs={b: turning},
-                latex=rf"\left.{sp.latex(index)}\right|_{{b = {sp.latex(turning)}}}"
-                r" = \frac{d}{2} - 1",
-            ),
-        ),
-    )
-
-
 def attention_factor_squares(power: int = 2) -> Proof:
     """Multiplying the cos and sin tables by ``c`` multiplies every logit by ``c²``.
 
@@ -542,12 +468,6 @@ CASES: tuple[ProofCase, ...] = (
         llama3_continuity,
         lambda: llama3_continuity(swap_factors=True),
         (1, 2, 3, 4),
-    ),
-    ProofCase(
-        "scaling.critical_dimension_rule",
-        critical_dimension_rule,
-        lambda: critical_dimension_rule(exponent=d / (d - 1)),
-        (3,),
     ),
     ProofCase(
         "scaling.attention_factor_squares",

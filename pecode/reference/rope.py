@@ -8,7 +8,13 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["rope_attention_loop", "rope_inv_freq_loop", "rope_loop", "rope_matrix_loop"]
+__all__ = [
+    "rerope_logits_loop",
+    "rope_attention_loop",
+    "rope_inv_freq_loop",
+    "rope_loop",
+    "rope_matrix_loop",
+]
 
 
 def rope_inv_freq_loop(dim: int, base: float = 10000.0) -> list[float]:
@@ -147,3 +153,52 @@ def rope_attention_loop(
     w_o = module.out_proj.weight.detach().double().cpu()
     b_o = module.out_proj.bias.detach().double().cpu() if module.out_proj.bias is not None else 0.0
     return merged @ w_o.T + b_o
+
+
+def rerope_logits_loop(
+    q: Tensor,
+    k: Tensor,
+    window: int,
+    base: float = 10000.0,
+    *,
+    leak: float | None = None,
+    layout: str = "half",
+) -> Tensor:
+    """ReRoPE's scaled logits, one query, key and pair at a time, in float64.
+
+    Written from Su's reference code (github.com/bojone/rerope, ``rerope_patch.py`` and
+    ``leaky_rerope_patch.py``): query ``i`` and key ``j`` at distance ``d = i - j`` are
+    scored with RoPE at ``d`` when ``|d| < window``; otherwise at ``±window`` (ReRoPE) or
+    ``±(window + (|d| - window) / leak)`` (Leaky ReRoPE), divided by ``sqrt(head_dim)``.
+    Pair ``p`` contributes ``(a_q a_k + b_q b_k) cos(d' θ_p) + (a_q b_k - b_q a_k)
+    sin(d' θ_p)``, the dot product of ``q`` rotated by ``i`` and ``k`` by ``j``.
+
+    Shapes::
+
+        q, k:    [..., L, Dh] (positions 0 .. L-1)
+        returns: [..., L, L] (float64, on the CPU)
+    """
+    length, dim = q.shape[-2], q.shape[-1]
+    qd = q.detach().double().cpu().reshape(-1, length, dim)
+    kd = k.detach().double().cpu().reshape(-1, length, dim)
+    thetas = [base ** (-2 * p / dim) for p in range(dim // 2)]
+    if layout == "half":
+        pairs = [(p, p + dim // 2) for p in range(dim // 2)]
+    else:
+        pairs = [(2 * p, 2 * p + 1) for p in range(dim // 2)]
+    out = torch.zeros(qd.shape[0], length, length, dtype=torch.float64)
+    for row in range(qd.shape[0]):
+        for i in range(length):
+            for j in range(length):
+                d = i - j
+                if abs(d) >= window:
+                    size = window if leak is None else window + (abs(d) - window) / leak
+                    d = math.copysign(size, d)
+                total = 0.0
+                for (first, second), theta in zip(pairs, thetas, strict=True):
+                    aq, bq = float(qd[row, i, first]), float(qd[row, i, second])
+                    ak, bk = float(kd[row, j, first]), float(kd[row, j, second])
+                    c, s = math.cos(d * theta), math.sin(d * theta)
+                    total += (aq * ak + bq * bk) * c + (aq * bk - bq * ak) * s
+                out[row, i, j] = total / math.sqrt(dim)
+    return out.reshape(*q.shape[:-2], length, length)
