@@ -74,6 +74,11 @@ class PositionScheme(nn.Module):
     #: instead of a copy repeated to ``H`` heads.
     score_bias_reads_keys: bool = True
 
+    #: True in a scheme whose :meth:`score_bias` returns the whole scaled logit and whose
+    #: :meth:`logit_scale` is 0 (ReRoPE): a layer's own ``logit_scale`` or ``softcap``
+    #: would then act on ``q·k`` alone, not on the logit, so the layer refuses them.
+    bias_holds_logits: bool = False
+
     #: The number of position indices each token has, ``None`` for one (positions
     #: ``[L]`` or ``[B, L]``) and ``A`` for a scheme that reads ``[B, L, A]`` (M-RoPE's
     #: time, height and width; 2-D RoPE's row and column).
@@ -559,6 +564,7 @@ class MultiHeadAttention(nn.Module):
         self.window = None if window is None else check_int("window", window)
         self.chunk = None if chunk is None else check_int("chunk", chunk)
         self.query_temperature = _check_temperature(query_temperature)
+        self._check_scheme(self.position)  # again, now that logit_scale and softcap are set
 
     def extra_repr(self) -> str:
         qkv_bias, out_bias = self.q_proj.bias is not None, self.out_proj.bias is not None
@@ -848,6 +854,14 @@ class MultiHeadAttention(nn.Module):
             raise TypeError(
                 f"position must be a PositionScheme or None, got {type(position).__name__}"
             )
+        if position.bias_holds_logits:
+            for option in ("logit_scale", "softcap"):
+                if getattr(self, option, None) is not None:
+                    raise ValueError(
+                        f"{option}: the position scheme {type(position).__name__} computes the "
+                        f"whole logit in its bias, where the layer's {option} would not reach; "
+                        "leave it unset"
+                    )
         for name, value in (("num_heads", self.num_heads), ("head_dim", self.head_dim)):
             built_for = getattr(position, name, None)
             if isinstance(built_for, int) and built_for != value:

@@ -4,9 +4,12 @@ Su (2023, "ReRoPE", github.com/bojone/rerope) keeps RoPE's relative distance ``d
 below a window ``w`` and holds it at ``w`` beyond (ReRoPE), or lets it grow ``k`` times
 slower there, ``w + (d - w) / k`` (Leaky ReRoPE). A model trained on ``L > w`` tokens
 then never meets a distance it did not see, however long the input, with no retraining:
-:func:`clipped_distance` is the rule. The reference code computes two score matrices,
-one with RoPE at the true positions and one at the clipped distance, and picks per
-entry; :class:`ReRoPE` does the same as a :class:`~pecode.attention.PositionScheme`.
+:func:`clipped_distance` is the rule. The reference code computes two score matrices
+(it is causal), one with RoPE at the true positions and one at the clipped distance, and
+picks per entry; :class:`ReRoPE` does the same as a
+:class:`~pecode.attention.PositionScheme`, with a third for keys after the query. Su's
+patches also multiply each query by ``max(1, ln(p + 1) / ln L_train)`` (Qwen's ``logn``,
+:func:`pecode.scaling.logn_query_scale`); :class:`ReRoPE` is the clipping alone.
 """
 
 from __future__ import annotations
@@ -64,9 +67,10 @@ class ReRoPE(PositionScheme):
     ``q_i · R(d'_ij) k_j`` with ``d'`` = :func:`clipped_distance`, from three products,
     RoPE at the true positions (``|d| < w``) and at the clipped distances on either side,
     picked entry by entry; :meth:`logit_scale` is then 0, so that the plain ``q · k`` adds
-    nothing. The layer's own ``logit_scale`` must be left unset: the bias carries the
-    rotary's ``1/sqrt(head_dim)``. Like the reference code, it costs three ``L × L``
-    products and a dense bias.
+    nothing. The bias carries the rotary's ``1/sqrt(head_dim)``, so a layer with its own
+    ``logit_scale`` or ``softcap`` refuses the scheme
+    (:attr:`~pecode.attention.PositionScheme.bias_holds_logits`). It costs three ``L × L``
+    products (the reference code, causal only, two) and a dense bias.
 
     Args:
         rotary: the model's RoPE (unscaled, every feature rotated), whose frequencies and
@@ -80,6 +84,8 @@ class ReRoPE(PositionScheme):
         ValueError: ``rotary`` has a scaling, partial rotary or sections; ``window`` not
             positive; ``leak`` not greater than 1.
     """
+
+    bias_holds_logits = True
 
     def __init__(self, rotary: RotaryEmbedding, window: int, *, leak: float | None = None) -> None:
         super().__init__()

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import math
 
 import pytest
@@ -334,3 +335,16 @@ def test_rerope_readings_refuse_a_model_too_short_for_a_window(kind):
     # the neighbour: three tokens are enough
     model = TinyDecoder("rope", vocab_size=6, max_len=3, dim=16, num_heads=2, num_layers=1)
     assert with_rope_scaling(model, kind, 2.0) is not model
+
+
+def test_scaled_queries_refuses_a_scheme_whose_bias_it_would_drop():
+    """It passes on transform_qk only: wrapping ReRoPE (whose logit is its bias) or ALiBi
+    would silently give content-only attention, so it raises; RoPE is accepted."""
+    from pecode.alibi import ALiBi
+    from pecode.experiments import ScaledQueries
+
+    scale = functools.partial(logn_query_scale, length=8)
+    for scheme in (ReRoPE(RotaryEmbedding(8), 4), ALiBi(2)):
+        with pytest.raises(ValueError, match="would drop"):
+            ScaledQueries(scheme, scale)
+    assert ScaledQueries(RotaryEmbedding(8), scale).rotary is not None

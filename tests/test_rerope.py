@@ -306,3 +306,24 @@ def test_repr_shows_window_and_leak():
     text = repr(ReRoPE(_rotary(), 6, leak=2.5))
     assert "window=6" in text
     assert "leak=2.5" in text
+
+
+@pytest.mark.parametrize("option", [{"logit_scale": 0.5}, {"softcap": 30.0}])
+def test_a_layer_with_its_own_logit_scale_or_softcap_refuses_rerope(option):
+    """Either would act on q·k alone, which ReRoPE zeroes, and leave its logit (the bias)
+    untouched: a silent wrong answer, so the layer raises, naming the option."""
+    layer = MultiHeadAttention(16, 2, **option)
+    layer.position = ReRoPE(RotaryEmbedding(8), 4)
+    with pytest.raises(ValueError, match=next(iter(option))):
+        layer(torch.randn(1, 6, 16), causal=True)
+    # the neighbour: without the option the same layer runs, and sinks are fine
+    plain = MultiHeadAttention(16, 2, position=ReRoPE(RotaryEmbedding(8), 4), sinks=True)
+    assert plain(torch.randn(1, 6, 16), causal=True).shape == (1, 6, 16)
+
+
+def test_a_layer_built_with_logit_scale_and_rerope_refuses_at_once():
+    """The check runs at construction too, once logit_scale and softcap are set."""
+    with pytest.raises(ValueError, match="logit_scale"):
+        MultiHeadAttention(16, 2, position=ReRoPE(RotaryEmbedding(8), 4), logit_scale=0.5)
+    with pytest.raises(ValueError, match="softcap"):
+        MultiHeadAttention(16, 2, position=ReRoPE(RotaryEmbedding(8), 4), softcap=30.0)

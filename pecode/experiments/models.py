@@ -110,9 +110,10 @@ apart: ``"yarn_frequencies"``, the code's ramp with attention factor 1, and
 PRACTICE_READINGS: tuple[str, ...] = ("logn", "log_length", "rerope", "leaky_rerope")
 """Readings of a trained RoPE model from 2023–26 practice (chapter 11.1), accepted by
 :func:`with_rope_scaling` beside ``ROPE_READINGS``: ``"logn"``, Qwen's query factor
-:func:`~pecode.scaling.logn_query_scale`; ``"log_length"``, Llama 4's and Ministral 3's
-:func:`~pecode.scaling.log_length_query_scale` with ``β = 0.1`` counted in training
-lengths; ``"rerope"``, :class:`~pecode.rerope.ReRoPE` with the window
+:func:`~pecode.scaling.logn_query_scale`; ``"log_length"``, Ministral 3's
+:func:`~pecode.scaling.log_length_query_scale` (offset 0, every layer) with ``β = 0.1``
+counted in training lengths; ``"rerope"``, :class:`~pecode.rerope.ReRoPE` (the clipping
+alone: Su's patches also scale the queries by Qwen's ``logn``) with the window
 :data:`REROPE_WINDOW_SHARE` of the training length; ``"leaky_rerope"``, Leaky ReRoPE with
 that window and the leak that brings the test length's longest distance down to the
 training length's (plain RoPE at the training length itself)."""
@@ -496,12 +497,24 @@ class ScaledQueries(PositionScheme):
 
     Raises:
         TypeError: ``rotary`` is not a PositionScheme or ``scale`` is not callable.
+        ValueError: ``rotary`` adds a bias, an output term or its own logit scale, which
+            this wrapper would drop (it passes on ``transform_qk`` only).
     """
 
     def __init__(self, rotary: PositionScheme, scale: Callable[[Tensor], Tensor]) -> None:
         super().__init__()
         if not isinstance(rotary, PositionScheme):
             raise TypeError(f"rotary must be a PositionScheme, got {type(rotary).__name__}")
+        kind = type(rotary)
+        if (
+            kind.score_bias is not PositionScheme.score_bias
+            or kind.logit_scale is not PositionScheme.logit_scale
+            or rotary.has_output_term
+        ):
+            raise ValueError(
+                f"rotary must only transform q and k; {kind.__name__} also adds a bias, a "
+                "logit scale or an output term, which ScaledQueries would drop"
+            )
         if not callable(scale):
             raise TypeError(f"scale must be callable, got {type(scale).__name__}")
         self.rotary, self.scale = rotary, scale
