@@ -74,11 +74,6 @@ class PositionScheme(nn.Module):
     #: instead of a copy repeated to ``H`` heads.
     score_bias_reads_keys: bool = True
 
-    #: True in a scheme whose :meth:`score_bias` returns the whole scaled logit and whose
-    #: :meth:`logit_scale` is 0 (ReRoPE): a layer's own ``logit_scale`` or ``softcap``
-    #: would then act on ``q·k`` alone, not on the logit, so the layer refuses them.
-    bias_holds_logits: bool = False
-
     #: The number of position indices each token has, ``None`` for one (positions
     #: ``[L]`` or ``[B, L]``) and ``A`` for a scheme that reads ``[B, L, A]`` (M-RoPE's
     #: time, height and width; 2-D RoPE's row and column).
@@ -854,7 +849,9 @@ class MultiHeadAttention(nn.Module):
             raise TypeError(
                 f"position must be a PositionScheme or None, got {type(position).__name__}"
             )
-        if position.bias_holds_logits:
+        # a scheme whose bias is the whole logit (ReRoPE's bias_holds_logits): the layer's
+        # logit_scale or softcap would act on q·k alone, which the scheme zeroes
+        if getattr(position, "bias_holds_logits", False):
             for option in ("logit_scale", "softcap"):
                 if getattr(self, option, None) is not None:
                     raise ValueError(

@@ -69,7 +69,7 @@ class ReRoPE(PositionScheme):
     picked entry by entry; :meth:`logit_scale` is then 0, so that the plain ``q · k`` adds
     nothing. The bias carries the rotary's ``1/sqrt(head_dim)``, so a layer with its own
     ``logit_scale`` or ``softcap`` refuses the scheme
-    (:attr:`~pecode.attention.PositionScheme.bias_holds_logits`). It costs three ``L × L``
+    (:attr:`bias_holds_logits`). It costs three ``L × L``
     products (the reference code, causal only, two) and a dense bias.
 
     Args:
@@ -85,6 +85,9 @@ class ReRoPE(PositionScheme):
             positive; ``leak`` not greater than 1.
     """
 
+    #: True: :meth:`score_bias` is the whole scaled logit, so
+    #: :class:`~pecode.attention.MultiHeadAttention` refuses a layer ``logit_scale`` or
+    #: ``softcap``, which would act on the zeroed ``q · k`` alone.
     bias_holds_logits = True
 
     def __init__(self, rotary: RotaryEmbedding, window: int, *, leak: float | None = None) -> None:
