@@ -85,7 +85,7 @@ class ReRoPE(PositionScheme):
             positive; ``leak`` not greater than 1.
     """
 
-    #: True: :meth:`score_bias` is the whole scaled logit, so
+    #: Whether :meth:`score_bias` is the whole scaled logit (it is, here), so that
     #: :class:`~pecode.attention.MultiHeadAttention` refuses a layer ``logit_scale`` or
     #: ``softcap``, which would act on the zeroed ``q · k`` alone.
     bias_holds_logits = True
