@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from pecode._checks import check_int
-from pecode.layer_pattern import NOPE_MODEL_TYPES, nope_layers_from_hf
+from pecode.layer_pattern import NOPE_MODEL_TYPES, nope_layers, nope_layers_from_hf
 from pecode.rope_base import first_negative_margin
 from pecode.scaling import (
     _hf_config_dict,
@@ -178,14 +178,16 @@ def _layer_kinds(config: Mapping[str, Any], types: Sequence[str]) -> list[str]:
         return list(listed)
     if count is None:  # the config does not say how many layers
         return []
+    count = check_int("num_hidden_layers", count)
     if len(types) == 2 and config.get("sliding_window_pattern"):  # Gemma 3's flat form
         every = check_int("sliding_window_pattern", config["sliding_window_pattern"])
-        return [
-            "full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(count)
-        ]
-    if len(types) == 2 and config.get("model_type") == "olmo3":  # 3 sliding, 1 full
-        return ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(count)]
-    return [types[0]] * check_int("num_hidden_layers", count)
+    elif len(types) == 2 and config.get("model_type") == "olmo3":  # 3 sliding, 1 full
+        every = 4
+    else:
+        return [types[0]] * count
+    # full attention on the last layer of each group: the interval of Cohere2's NoPE layers
+    full = nope_layers(count, every=every)
+    return ["full_attention" if is_full else "sliding_attention" for is_full in full]
 
 
 def _trained_length(
@@ -289,21 +291,42 @@ def _pitfalls(config: Mapping[str, Any], reports: Sequence[LayerTypeReport]) -> 
     return list(found.values())
 
 
+@dataclass(frozen=True)
+class _ReachLimit:
+    """A config key that limits how far back a query looks, and the layers it limits."""
+
+    model_types: tuple[str, ...] | None  # the families it applies to; None: every one
+    key: str  # the config key read
+    kind: str  # what the report calls it
+    layer_types: tuple[str, ...] | None  # the layer types it limits; None: every one
+    unless_layer_types: bool = False  # not for a config that lists layer_types
+
+
+_REACH_LIMITS = (
+    # Llama 4: attention chunks on its RoPE layers (transformers' "chunked_attention")
+    _ReachLimit(("llama4", "llama4_text"), "attention_chunk_size", "attention chunks of", None),
+    # Mistral 7B without layer_types: the sliding window of its mask, on every layer
+    _ReachLimit(("mistral",), "sliding_window", "sliding window", None, unless_layer_types=True),
+    # any config: a sliding window on its "sliding_attention" layers
+    _ReachLimit(None, "sliding_window", "sliding window", ("sliding_attention",)),
+)
+"""What limits a layer type's reach, per family; :func:`_window` takes the first that
+applies and whose key the config sets."""
+
+
 def _window(config: Mapping[str, Any], layer_type: str) -> tuple[int | None, str]:
-    """How far a query of ``layer_type``'s RoPE layers looks back, and what limits it:
-    a sliding window (the ``sliding_attention`` layers; every layer of a Mistral config
-    without ``layer_types``), or Llama 4's attention chunks (its RoPE layers, which
-    transformers calls ``chunked_attention``)."""
+    """How far a query of ``layer_type``'s RoPE layers looks back, and what limits it
+    (the first of :data:`_REACH_LIMITS` that applies), or None if nothing does."""
     model_type = config.get("model_type")
-    if model_type in ("llama4", "llama4_text") and config.get("attention_chunk_size"):
-        return check_int("attention_chunk_size", config["attention_chunk_size"]), (
-            "attention chunks of"
+    for limit in _REACH_LIMITS:
+        applies = (
+            (limit.model_types is None or model_type in limit.model_types)
+            and (limit.layer_types is None or layer_type in limit.layer_types)
+            and not (limit.unless_layer_types and config.get("layer_types"))
         )
-    window = config.get("sliding_window")
-    everywhere = model_type == "mistral" and not config.get("layer_types")
-    if window is None or (layer_type != "sliding_attention" and not everywhere):
-        return None, "sliding window"
-    return check_int("sliding_window", window), "sliding window"
+        if applies and config.get(limit.key) is not None:
+            return check_int(limit.key, config[limit.key]), limit.kind
+    return None, "sliding window"
 
 
 def inspect_config(

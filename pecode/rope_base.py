@@ -21,6 +21,7 @@ Two rules from the papers, as pure functions of the head width, the base and the
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -105,6 +106,35 @@ def similarity_margin(dim: int, base: float, distances: Tensor) -> Tensor:
     return torch.cos(angles).sum(-1)
 
 
+def _first_negatives(
+    frequencies: Callable[[Tensor], Tensor], rows: int, context: int, first_chunk: int, cells: int
+) -> Tensor:
+    """For each of ``rows`` sets of frequencies, the smallest distance ``m <= context`` with
+    Men et al.'s ``Σ_i cos(m θ_i) < 0``, or -1 where there is none.
+
+    The scan, shared by :func:`first_negative_margin` and :func:`_passing`'s sieve, takes
+    the distances in chunks to bound memory: ``first_chunk`` of them, then twice as many
+    while a chunk holds at most ``cells`` angles ``m θ_i`` (never fewer than
+    ``first_chunk``). A row leaves the scan at its first negative sum, and
+    ``frequencies(index)`` gives the frequencies of the rows ``index`` still scanned
+    (``[len(index), pairs]``, float64), so a sieve computes only those.
+    """
+    first = torch.full((rows,), -1, dtype=torch.int64)
+    left = torch.arange(rows)  # the rows whose sums are non-negative so far
+    start, chunk = 0, first_chunk
+    while start <= context and len(left):
+        inv_freq = frequencies(left)
+        distances = torch.arange(start, min(start + chunk, context + 1), dtype=torch.float64)
+        margin = torch.cos(distances.unsqueeze(-1) * inv_freq.unsqueeze(1)).sum(-1)
+        negative = margin < 0  # [left, chunk]
+        found = negative.any(1)
+        first[left[found]] = start + negative[found].int().argmax(1)  # the first True
+        largest = max(first_chunk, cells // max(1, inv_freq.numel()))
+        start, chunk = start + chunk, min(2 * chunk, largest)
+        left = left[~found]
+    return first
+
+
 _FIRST_CHUNK, _LAST_CHUNK = 1 << 10, 1 << 13  # distances per step of the scan, doubling
 
 
@@ -125,16 +155,10 @@ def first_negative_margin(inv_freq: Tensor, context: int) -> int | None:
     if inv_freq.dim() != 1:
         raise ValueError(f"inv_freq must be 1-D, got shape {tuple(inv_freq.shape)}")
     check_int("context", context)
-    inv_freq = inv_freq.to(torch.float64)
-    start, chunk = 0, _FIRST_CHUNK
-    while start <= context:
-        distances = torch.arange(start, min(start + chunk, context + 1), dtype=torch.float64)
-        margin = torch.cos(distances.unsqueeze(-1) * inv_freq).sum(-1)
-        negative = (margin < 0).nonzero()
-        if len(negative):
-            return start + int(negative[0])
-        start, chunk = start + chunk, min(2 * chunk, _LAST_CHUNK)
-    return None
+    inv_freq = inv_freq.to(torch.float64).unsqueeze(0)
+    cells = _LAST_CHUNK * max(1, inv_freq.numel())  # at most _LAST_CHUNK distances a chunk
+    first = int(_first_negatives(lambda index: inv_freq[index], 1, context, _FIRST_CHUNK, cells)[0])
+    return None if first < 0 else first
 
 
 def first_negative_similarity(dim: int, base: float, context: int) -> int | None:
@@ -151,16 +175,12 @@ def _passing(dim: int, bases: Tensor, context: int) -> Tensor:
     """Which of ``bases`` keep ``B_m >= 0`` for every distance up to ``context``: a sieve
     that tests all of them on the first distances and only the survivors further."""
     exponents = torch.arange(0, dim, 2, dtype=torch.float64) / dim
-    alive = torch.ones(len(bases), dtype=torch.bool)
-    start, chunk = 0, 256
-    while start <= context and bool(alive.any()):
-        index = alive.nonzero().squeeze(1)
-        inv_freq = bases[index].unsqueeze(1) ** -exponents  # [alive, d/2]
-        distances = torch.arange(start, min(start + chunk, context + 1), dtype=torch.float64)
-        margin = torch.cos(distances.view(1, -1, 1) * inv_freq.unsqueeze(1)).sum(-1)
-        alive[index[(margin < 0).any(1)]] = False
-        start, chunk = start + chunk, min(2 * chunk, max(256, (1 << 22) // (len(index) * dim)))
-    return alive
+
+    def frequencies(index: Tensor) -> Tensor:
+        return bases[index].unsqueeze(1) ** -exponents  # [len(index), d/2]
+
+    # chunks of 256 distances and more, up to 2^21 angles
+    return _first_negatives(frequencies, len(bases), context, 256, 1 << 21) < 0
 
 
 def base_lower_bound(dim: int, context: int, *, ratio: float = 1.001) -> float:
