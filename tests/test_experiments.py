@@ -12,6 +12,7 @@ from pecode.attention import PositionScheme
 from pecode.experiments import (
     HYBRID_SCHEMES,
     IGNORE_INDEX,
+    LOCAL_WINDOW_SHARE,
     NOPE_EVERY,
     P_ROPE_FRACTION,
     ROPE_READINGS,
@@ -23,6 +24,8 @@ from pecode.experiments import (
     SilencedPairs,
     TinyDecoder,
     attention_beyond,
+    attention_on_first_keys,
+    attention_to_sinks,
     cpu_threads,
     delayed_copy_batch,
     evaluate,
@@ -213,10 +216,96 @@ def _decoder(scheme, **kwargs):
 
 
 def test_rope_nope_is_a_hybrid_not_a_default_scheme():
-    assert HYBRID_SCHEMES == ("rope_nope", "p_rope")
-    assert "rope_nope" not in SCHEMES  # a sweep with the default schemes is chapter 13's
-    assert "p_rope" not in SCHEMES
+    assert HYBRID_SCHEMES == ("rope_nope", "p_rope", "rope_sinks", "rope_local_global")
+    assert not set(HYBRID_SCHEMES) & set(SCHEMES)  # the default sweep stays chapter 13's
     assert NOPE_EVERY == 4  # Llama 4's and SmolLM3's no_rope_layer_interval
+
+
+def test_rope_sinks_is_rope_with_a_sink_logit_per_head_and_layer():
+    """Zero sinks at first: RoPE's parameters plus H per layer, the others initialized as
+    RoPE's; with a large sink logit the layer's output shrinks towards zero (the softmax
+    gives the dropped column nearly everything), which RoPE's layer cannot do."""
+    torch.manual_seed(0)
+    rope = _decoder("rope")
+    torch.manual_seed(0)
+    sinks = _decoder("rope_sinks")
+    named = dict(rope.named_parameters())
+    extra = {n for n, _ in sinks.named_parameters()} - set(named)
+    assert extra == {"blocks.0.attention.sinks", "blocks.1.attention.sinks"}
+    for name, value in sinks.named_parameters():
+        if name in named:
+            assert torch.equal(value, named[name]), name
+        else:
+            assert torch.equal(value, torch.zeros(2)), name
+    x = torch.randn(1, 5, 16)
+    layer = sinks.blocks[0].attention
+    with torch.no_grad():
+        layer.sinks.fill_(30.0)
+        assert layer(x, causal=True).sub(layer.out_proj.bias).abs().max() < 1e-6
+
+
+def _uniform(model):
+    """Zero queries: every logit 0, so each query spreads evenly over its keys."""
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attention.q_proj.weight.zero_()
+            block.attention.q_proj.bias.zero_()
+    return model
+
+
+def test_first_key_share_of_an_even_spread_is_the_closed_form():
+    model = _uniform(_decoder("rope"))
+    tokens = torch.randint(0, 7, (3, 10), generator=torch.manual_seed(2))
+    share, even = attention_on_first_keys(model, tokens, keys=2, start=4)
+    closed = sum(2 / (i + 1) for i in range(4, 10)) / 6
+    torch.testing.assert_close(even, torch.tensor(closed, dtype=torch.float64))
+    torch.testing.assert_close(share, torch.full((2, 2), closed, dtype=torch.float64))
+    with pytest.raises(ValueError, match="start"):
+        attention_on_first_keys(model, tokens, keys=4, start=2)
+
+
+def test_sink_share_with_zero_logits_is_the_closed_form():
+    """Query i with i + 1 keys at logit 0 and a sink at s: the sink takes
+    e^s / (e^s + i + 1)."""
+    model = _uniform(_decoder("rope_sinks"))
+    with torch.no_grad():
+        model.blocks[0].attention.sinks.copy_(torch.tensor([0.0, 2.0]))
+        model.blocks[1].attention.sinks.copy_(torch.tensor([-1.0, 1.0]))
+    tokens = torch.randint(0, 7, (2, 8), generator=torch.manual_seed(3))
+    got = attention_to_sinks(model, tokens, start=3)
+    expected = torch.tensor(
+        [
+            [sum(math.exp(s) / (math.exp(s) + i + 1) for i in range(3, 8)) / 5 for s in pair]
+            for pair in ((0.0, 2.0), (-1.0, 1.0))
+        ],
+        dtype=torch.float64,
+    )
+    torch.testing.assert_close(got, expected)
+    with pytest.raises(ValueError, match="no learned sinks"):
+        attention_to_sinks(_decoder("rope"), tokens, start=3)
+
+
+def test_rope_local_global_windows_the_even_layers():
+    """Layer 0 sees the LOCAL_WINDOW_SHARE * max_len latest keys, layer 1 everything;
+    the same parameters as RoPE's. Against the model read with a test-time window on
+    layer 0 only, built from the RoPE model's blocks."""
+    torch.manual_seed(0)
+    split = _decoder("rope_local_global", max_len=16)
+    windows = [block.attention.window for block in split.blocks]
+    assert windows == [int(LOCAL_WINDOW_SHARE * 16), None] == [2, None]
+    torch.manual_seed(0)
+    rope = _decoder("rope", max_len=16)
+    assert {n: p.shape for n, p in rope.named_parameters()} == {
+        n: p.shape for n, p in split.named_parameters()
+    }
+    rope.load_state_dict(split.state_dict())
+    tokens = torch.randint(0, 7, (2, 9), generator=torch.manual_seed(1))
+    x = rope.embedding(tokens)
+    x = rope.blocks[0](x, sliding_window_mask(9, 2))
+    x = rope.blocks[1](x)
+    expected = rope.readout(rope.norm(x))
+    torch.testing.assert_close(split(tokens), expected)
+    assert (split(tokens) - rope(tokens)).abs().max() > 1e-4  # the window changes it
 
 
 def test_rope_nope_with_two_layers_is_rope_then_nope():

@@ -49,6 +49,8 @@ from pecode.experiments.models import (
     TinyDecoder,
     attention_beyond,
     attention_entropy,
+    attention_on_first_keys,
+    attention_to_sinks,
     cpu_threads,
     map_jobs,
     readings,
@@ -79,15 +81,23 @@ SCHEMES: tuple[str, ...] = _models.SCHEMES
 """The position schemes :class:`TinyDecoder` accepts: ``none`` is NoPE (causal mask only)."""
 
 HYBRID_SCHEMES: tuple[str, ...] = _models.HYBRID_SCHEMES
-"""RoPE mixed with no positions, accepted by :class:`TinyDecoder`, :func:`train` and
+"""RoPE variants, accepted by :class:`TinyDecoder`, :func:`train` and
 :func:`run_experiment` beside ``SCHEMES`` but not in it (so a sweep with the default
 ``schemes`` is unchanged): ``"rope_nope"``, RoPE with a NoPE layer closing every group
-of :data:`NOPE_EVERY` layers (:func:`pecode.layer_pattern.nope_layers`), and
-``"p_rope"``, RoPE on the fastest :data:`P_ROPE_FRACTION` of each head's pairs."""
+of :data:`NOPE_EVERY` layers (:func:`pecode.layer_pattern.nope_layers`);
+``"p_rope"``, RoPE on the fastest :data:`P_ROPE_FRACTION` of each head's pairs;
+``"rope_sinks"``, RoPE with a learned sink logit per head (gpt-oss); and
+``"rope_local_global"``, RoPE layers alternating between a sliding window of
+:data:`LOCAL_WINDOW_SHARE` of the training length and the whole input (gpt-oss)."""
 
 P_ROPE_FRACTION: float = _models.P_ROPE_FRACTION
 """The share of each head's pairs a ``"p_rope"`` :class:`TinyDecoder` rotates (0.25, as
 Gemma 4's global layers; p-RoPE, Barbero et al. 2024)."""
+
+LOCAL_WINDOW_SHARE: float = _models.LOCAL_WINDOW_SHARE
+"""The sliding window of a ``"rope_local_global"`` :class:`TinyDecoder`'s local layers,
+as a share of the training length (1/8; gpt-oss's and Gemma 3's are 1/32 of their
+pre-training contexts)."""
 
 NOPE_EVERY: int = _models.NOPE_EVERY
 """Llama 4's and SmolLM3's default interval of NoPE layers (4); a ``"rope_nope"``
@@ -115,6 +125,7 @@ IGNORE_INDEX: int = _tasks.IGNORE_INDEX
 __all__ = [
     "HYBRID_SCHEMES",
     "IGNORE_INDEX",
+    "LOCAL_WINDOW_SHARE",
     "NOPE_EVERY",
     "PRACTICE_READINGS",
     "P_ROPE_FRACTION",
@@ -133,6 +144,8 @@ __all__ = [
     "TinyDecoder",
     "attention_beyond",
     "attention_entropy",
+    "attention_on_first_keys",
+    "attention_to_sinks",
     "cpu_threads",
     "delayed_copy_batch",
     "evaluate",

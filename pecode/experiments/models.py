@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from pecode._checks import check_int
 from pecode.absolute import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from pecode.alibi import ALiBi
-from pecode.attention import MultiHeadAttention, PositionScheme
+from pecode.attention import KVCache, MultiHeadAttention, PositionScheme
 from pecode.layer_pattern import nope_layers
 from pecode.relative import T5RelativePositionBias
 from pecode.rerope import ReRoPE
@@ -50,6 +50,7 @@ from pecode.utils import cpu_threads
 
 __all__ = [
     "HYBRID_SCHEMES",
+    "LOCAL_WINDOW_SHARE",
     "NOPE_EVERY",
     "PRACTICE_READINGS",
     "P_ROPE_FRACTION",
@@ -63,6 +64,8 @@ __all__ = [
     "TinyDecoder",
     "attention_beyond",
     "attention_entropy",
+    "attention_on_first_keys",
+    "attention_to_sinks",
     "cpu_threads",
     "map_jobs",
     "sliding_window_mask",
@@ -74,11 +77,21 @@ __all__ = [
 SCHEMES: tuple[str, ...] = ("none", "sinusoidal", "learned", "t5", "alibi", "rope")
 """The position schemes :class:`TinyDecoder` accepts: ``none`` is NoPE (causal mask only)."""
 
-HYBRID_SCHEMES: tuple[str, ...] = ("rope_nope", "p_rope")
-"""RoPE mixed with no positions, accepted beside ``SCHEMES`` but not in it (a sweep over
-``SCHEMES`` stays chapter 13's): ``"rope_nope"`` mixes them layer by layer (RoPE with
-NoPE layers in the pattern of :func:`pecode.layer_pattern.nope_layers`), ``"p_rope"``
-feature by feature (:data:`P_ROPE_FRACTION` of each head's pairs rotate)."""
+HYBRID_SCHEMES: tuple[str, ...] = ("rope_nope", "p_rope", "rope_sinks", "rope_local_global")
+"""RoPE variants accepted beside ``SCHEMES`` but not in it (a sweep over ``SCHEMES``
+stays chapter 13's): ``"rope_nope"`` mixes RoPE and no positions layer by layer (NoPE
+layers in the pattern of :func:`pecode.layer_pattern.nope_layers`), ``"p_rope"`` feature
+by feature (:data:`P_ROPE_FRACTION` of each head's pairs rotate); ``"rope_sinks"`` is
+RoPE with a learned sink logit per head in every layer (gpt-oss's ``sinks``);
+``"rope_local_global"`` alternates RoPE layers with a sliding window of
+:data:`LOCAL_WINDOW_SHARE` of the training length and RoPE layers that see everything,
+the windowed one first (gpt-oss's alternation)."""
+
+LOCAL_WINDOW_SHARE: float = 0.125
+"""The sliding window of a ``"rope_local_global"`` model's local layers, as a share of
+the training length (at least 1 token): gpt-oss's is 128 tokens of a 4,096-token
+pre-training context (1/32), Gemma 3's 1,024 of 32,768 (1/32, its 4B and larger
+models); the tiny models take 1/8 so that the window holds more than the copy's offset."""
 
 P_ROPE_FRACTION: float = 0.25
 """The share of each head's pairs that a ``"p_rope"`` model rotates: the fastest ones, at
@@ -170,15 +183,26 @@ def _position_scheme(
 class _Block(nn.Module):
     """Pre-LN decoder block: ``x + Attn(LN(x))``, then ``x + MLP(LN(x))``."""
 
-    def __init__(self, dim: int, num_heads: int, position: PositionScheme | None) -> None:
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        position: PositionScheme | None,
+        sinks: bool = False,
+        window: int | None = None,
+    ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
-        self.attention = MultiHeadAttention(dim, num_heads, position=position)
+        self.attention = MultiHeadAttention(
+            dim, num_heads, position=position, sinks=sinks, window=window
+        )
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
-    def forward(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
-        x = x + self.attention(self.norm1(x), causal=True, attn_mask=attn_mask)
+    def forward(
+        self, x: Tensor, attn_mask: Tensor | None = None, cache: KVCache | None = None
+    ) -> Tensor:
+        x = x + self.attention(self.norm1(x), causal=True, attn_mask=attn_mask, cache=cache)
         return x + self.mlp(self.norm2(x))
 
 
@@ -198,7 +222,9 @@ class TinyDecoder(nn.Module):
     interval: RoPE, then NoPE). RoPE has no parameters, so a ``rope_nope`` model has the
     same parameters as a ``rope`` one, under the same names, and the same seed
     initializes them identically. So has ``p_rope``, RoPE in every layer on the fastest
-    :data:`P_ROPE_FRACTION` of each head's pairs only.
+    :data:`P_ROPE_FRACTION` of each head's pairs only. ``rope_sinks`` adds to RoPE's
+    parameters one learned sink logit per head and layer (``attention.sinks``, zeros at
+    first: gpt-oss), and initializes the others as RoPE's.
 
     Shapes::
 
@@ -266,12 +292,22 @@ class TinyDecoder(nn.Module):
             self.absolute = LearnedPositionalEncoding(max_len, dim)
         head_dim = dim // num_heads
         layer_schemes = [
-            "none" if nope else ("rope" if scheme == "rope_nope" else scheme)
+            "none" if nope else ("rope" if scheme in ("rope_nope", "rope_sinks") else scheme)
             for nope in self.nope_layers
         ]
+        if scheme == "rope_local_global":
+            layer_schemes = ["rope"] * num_layers
+        sinks = scheme == "rope_sinks"
+        local = max(1, int(LOCAL_WINDOW_SHARE * max_len)) if scheme == "rope_local_global" else None
         self.blocks = nn.ModuleList(
-            _Block(dim, num_heads, _position_scheme(name, head_dim, num_heads, max_len))
-            for name in layer_schemes
+            _Block(
+                dim,
+                num_heads,
+                _position_scheme(name, head_dim, num_heads, max_len),
+                sinks,
+                window=local if i % 2 == 0 else None,
+            )
+            for i, name in enumerate(layer_schemes)
         )
         self.norm = nn.LayerNorm(dim)
         self.readout = nn.Linear(dim, output_size)
@@ -290,7 +326,13 @@ class TinyDecoder(nn.Module):
             )
         )
 
-    def forward(self, tokens: Tensor, *, window: int | None = None) -> Tensor:
+    def forward(
+        self,
+        tokens: Tensor,
+        *,
+        window: int | None = None,
+        caches: Sequence[KVCache] | None = None,
+    ) -> Tensor:
         """Logits for the targets at every position.
 
         Args:
@@ -298,13 +340,27 @@ class TinyDecoder(nn.Module):
             window: if given, every attention layer sees only the keys less than
                 ``window`` positions back (:func:`sliding_window_mask`); the weights
                 are unchanged. ``None``: the whole causal prefix.
+            caches: one :class:`~pecode.attention.KVCache` per block, for reading a
+                sequence a piece at a time: ``tokens`` continue the cached ones, at the
+                positions the caches give (a :class:`~pecode.streaming.SinkCache`
+                streams). Only for schemes inside attention.
 
         Raises:
             TypeError: ``tokens`` is not an integer tensor, or ``window`` not an int.
             ValueError: ``tokens`` is not 2-D, holds an id outside the vocabulary, or
                 (``learned``) is longer than ``max_len``: a learned table has no rows
-                there, so the model is not defined; ``window`` is not positive.
+                there, so the model is not defined; ``window`` is not positive;
+                ``caches`` with ``window``, with an absolute scheme (whose positions
+                are added before attention), or not one per block.
         """
+        if caches is not None:
+            if window is not None or self.absolute is not None:
+                raise ValueError(
+                    "caches: only for a scheme inside attention, without window "
+                    f"(scheme {self.scheme!r}, window={window})"
+                )
+            if len(caches) != len(self.blocks):
+                raise ValueError(f"caches: one per block ({len(self.blocks)}), got {len(caches)}")
         if (
             not isinstance(tokens, Tensor)
             or tokens.is_floating_point()
@@ -321,8 +377,8 @@ class TinyDecoder(nn.Module):
         x = self.embedding(tokens)
         if self.absolute is not None:
             x = self.absolute(x)  # the learned table raises past max_len
-        for block in self.blocks:
-            x = block(x, mask)
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask, None if caches is None else caches[i])
         return self.readout(self.norm(x))
 
 
@@ -655,26 +711,10 @@ def attention_beyond(
     totals = torch.zeros(
         len(model.blocks), model.blocks[0].attention.num_heads, dtype=torch.float64
     )
-    captured: list[Tensor] = []
-    hooks = [
-        block.attention.register_forward_hook(
-            lambda module, args, kwargs, output: captured.append(
-                module.attention_weights(args[0], causal=True, attn_mask=kwargs.get("attn_mask"))
-            ),
-            with_kwargs=True,
-        )
-        for block in model.blocks
-    ]
-    try:
-        for rows in tokens.split(batch_size):
-            captured.clear()
-            model(rows, window=window)
-            for layer, weights in enumerate(captured):  # [B, H, L, L]
-                mass = (weights.double() * far).sum(-1)[..., distance:]  # [B, H, L - distance]
-                totals[layer] += mass.mean(-1).sum(0)
-    finally:
-        for hook in hooks:
-            hook.remove()
+    for rows in tokens.split(batch_size):
+        for layer, weights in enumerate(_layer_weights(model, rows, window)):  # [B, H, L, L]
+            mass = (weights.double() * far).sum(-1)[..., distance:]  # [B, H, L - distance]
+            totals[layer] += mass.mean(-1).sum(0)
     return totals / tokens.shape[0]
 
 
@@ -702,28 +742,102 @@ def attention_entropy(
     if last > length:
         raise ValueError(f"last={last} must be at most the input length {length}")
     totals = torch.zeros(len(model.blocks), dtype=torch.float64)
+    for rows in tokens.split(batch_size):
+        for layer, weights in enumerate(_layer_weights(model, rows)):  # [B, H, L, L]
+            p = weights[..., -last:, :].double()
+            entropy = -(p * torch.log(p.clamp(min=1e-300))).sum(-1)  # 0 ln 0 = 0
+            totals[layer] += entropy.mean((1, 2)).sum(0)
+    return totals / tokens.shape[0]
+
+
+@torch.no_grad()
+def attention_on_first_keys(
+    model: TinyDecoder, tokens: Tensor, *, keys: int, start: int, batch_size: int = 4
+) -> tuple[Tensor, Tensor]:
+    """Each head's attention on the first ``keys`` keys, and what an even spread gives.
+
+    The attention probabilities of every layer (as :func:`attention_beyond`), summed
+    over keys ``0 .. keys-1`` for each query at positions ``start .. seq-1``, averaged
+    over those queries and the rows of ``tokens``; beside it the same average of
+    ``keys / (i + 1)``, the share of a query ``i`` that spreads evenly over its keys.
+    StreamingLLM's *attention sinks* are heads far above that share.
+
+    Shapes::
+
+        tokens: [batch, seq]    returns: ([num_layers, num_heads], []) float64
+
+    Raises:
+        ValueError: ``keys`` or ``start`` is not a positive int, or ``start`` is not
+            past ``keys`` and below ``seq``.
+    """
+    length = tokens.shape[-1]
+    check_int("keys", keys, 1)
+    check_int("start", start, 1)
+    if not keys <= start < length:
+        raise ValueError(f"start={start} must lie in keys={keys} .. seq-1={length - 1}")
+    totals = torch.zeros(
+        len(model.blocks), model.blocks[0].attention.num_heads, dtype=torch.float64
+    )
+    for rows in tokens.split(batch_size):
+        for layer, weights in enumerate(_layer_weights(model, rows)):  # [B, H, L, L]
+            mass = weights[..., start:, :keys].double().sum(-1)  # [B, H, L - start]
+            totals[layer] += mass.mean(-1).sum(0)
+    even = (keys / torch.arange(start + 1, length + 1, dtype=torch.float64)).mean()
+    return totals / tokens.shape[0], even
+
+
+@torch.no_grad()
+def attention_to_sinks(
+    model: TinyDecoder, tokens: Tensor, *, start: int, batch_size: int = 4
+) -> Tensor:
+    """The share of each head's attention that its learned sink takes (gpt-oss's
+    ``sinks``: the probability of the extra column the softmax drops), averaged over
+    the queries at positions ``start .. seq-1`` and the rows of ``tokens``: one minus
+    the sum of the weights over the keys.
+
+    Shapes::
+
+        tokens: [batch, seq]    returns: [num_layers, num_heads] (float64)
+
+    Raises:
+        ValueError: the model has no learned sinks, or ``start`` is not an int in
+            ``0 .. seq-1``.
+    """
+    if any(block.attention.sinks is None for block in model.blocks):
+        raise ValueError(f"model has no learned sinks (scheme {model.scheme!r})")
+    check_int("start", start, 0)
+    if start >= tokens.shape[-1]:
+        raise ValueError(f"start={start} must be below the input length {tokens.shape[-1]}")
+    totals = torch.zeros(
+        len(model.blocks), model.blocks[0].attention.num_heads, dtype=torch.float64
+    )
+    for rows in tokens.split(batch_size):
+        for layer, weights in enumerate(_layer_weights(model, rows)):  # [B, H, L, L]
+            dropped = 1 - weights[..., start:, :].double().sum(-1)  # [B, H, L - start]
+            totals[layer] += dropped.mean(-1).sum(0)
+    return totals / tokens.shape[0]
+
+
+def _layer_weights(model: TinyDecoder, tokens: Tensor, window: int | None = None) -> list[Tensor]:
+    """The attention probabilities of every layer of ``model`` on ``tokens``, ``[B, H, L, L]``
+    each: :meth:`~pecode.attention.MultiHeadAttention.attention_weights` on the input the
+    layer receives in the forward pass, with its mask."""
     captured: list[Tensor] = []
     hooks = [
         block.attention.register_forward_hook(
             lambda module, args, kwargs, output: captured.append(
-                module.attention_weights(args[0], causal=True)
+                module.attention_weights(args[0], causal=True, attn_mask=kwargs.get("attn_mask"))
             ),
             with_kwargs=True,
         )
         for block in model.blocks
     ]
     try:
-        for rows in tokens.split(batch_size):
-            captured.clear()
-            model(rows)
-            for layer, weights in enumerate(captured):  # [B, H, L, L]
-                p = weights[..., -last:, :].double()
-                entropy = -(p * torch.log(p.clamp(min=1e-300))).sum(-1)  # 0 ln 0 = 0
-                totals[layer] += entropy.mean((1, 2)).sum(0)
+        model(tokens, window=window)
     finally:
         for hook in hooks:
             hook.remove()
-    return totals / tokens.shape[0]
+    return captured
 
 
 def readings(

@@ -44,6 +44,7 @@ from torch import Tensor
 
 from pecode._checks import check_int
 from pecode.experiments import (
+    HYBRID_SCHEMES,
     ROPE_READINGS,
     PairedInterval,
     TinyDecoder,
@@ -55,11 +56,13 @@ from pecode.experiments import (
 from pecode.experiments.models import readings
 from pecode.experiments.trained_cache import trained
 from pecode.experiments.training import fit
+from pecode.streaming import SinkCache
 from pecode.utils import set_seed
 
 __all__ = [
     "CORPUS_FILE",
     "CORPUS_SHA256",
+    "STREAMING_READINGS",
     "TEXT_SCHEMES",
     "TEXT_VARIANTS",
     "Comparison",
@@ -73,6 +76,8 @@ __all__ = [
     "position_losses",
     "random_windows",
     "run_text_experiment",
+    "streaming_losses",
+    "streaming_readings",
     "train_language_model",
 ]
 
@@ -243,6 +248,46 @@ def position_losses(
     return torch.cat(losses)
 
 
+@torch.no_grad()
+def streaming_losses(
+    model: TinyDecoder,
+    windows: Tensor,
+    *,
+    num_sinks: int,
+    window: int,
+    reindex: bool = True,
+    batch_size: int = 32,
+) -> Tensor:
+    """Cross-entropy of every target of ``windows``, read one token at a time through a
+    :class:`~pecode.streaming.SinkCache` per layer (StreamingLLM).
+
+    Position ``p`` predicts ``windows[:, p + 1]`` from the ``num_sinks`` first tokens and
+    the ``window`` latest ones (itself included), at positions in the cache
+    (``reindex=True``) or in the text, as :func:`position_losses` does with the whole
+    prefix.
+
+    Shapes::
+
+        windows: [count, n + 1] (int64)    returns: [count, n] (float64)
+
+    Raises:
+        ValueError: ``windows`` is not 2-D with at least 2 columns; as
+            :class:`~pecode.streaming.SinkCache` for ``num_sinks``, ``window`` and the
+            model's scheme.
+    """
+    if not isinstance(windows, Tensor) or windows.dim() != 2 or windows.shape[1] < 2:
+        raise ValueError("windows must be a [count, n + 1] tensor with n >= 1")
+    check_int("batch_size", batch_size, 1)
+    losses = []
+    for chunk in windows.split(batch_size):
+        caches = [SinkCache(num_sinks, window, reindex=reindex) for _ in model.blocks]
+        logits = torch.cat(
+            [model(chunk[:, p : p + 1], caches=caches) for p in range(chunk.shape[1] - 1)], 1
+        ).double()
+        losses.append(F.cross_entropy(logits.transpose(1, 2), chunk[:, 1:], reduction="none"))
+    return torch.cat(losses)
+
+
 def nonoverlapping_losses(
     model: Callable[..., Tensor],
     windows: Tensor,
@@ -368,8 +413,9 @@ def train_language_model(
         raise TypeError(f"config must be a TextConfig, got {type(config).__name__}")
     if not isinstance(splits, CorpusSplits):
         raise TypeError(f"splits must be a CorpusSplits, got {type(splits).__name__}")
-    if scheme not in TEXT_SCHEMES:
-        raise ValueError(f"unknown scheme {scheme!r}; accepted: {list(TEXT_SCHEMES)}")
+    if scheme not in TEXT_SCHEMES + HYBRID_SCHEMES:
+        accepted = list(TEXT_SCHEMES + HYBRID_SCHEMES)
+        raise ValueError(f"unknown scheme {scheme!r}; accepted: {accepted}")
     generator = set_seed(seed)  # seeds the initialization; the generator draws the windows
     with cpu_threads(config.num_threads):
         model = TinyDecoder(
@@ -575,6 +621,55 @@ def _train_and_read(
                     evaluated, segments, length, window=masked
                 )
     return model, train_losses, losses
+
+
+STREAMING_READINGS: tuple[str, ...] = ("whole", "window", "sinks", "sinks_text_positions")
+"""How :func:`streaming_readings` reads a model on inputs of ``4L``: the whole input at
+once; a window of the ``L`` latest tokens; StreamingLLM's cache of ``num_sinks`` first and
+``L - num_sinks`` latest tokens, positions in the cache; the same cache, positions in the
+text."""
+
+
+def streaming_readings(
+    scheme: str,
+    seed: int,
+    config: TextConfig,
+    splits: CorpusSplits,
+    num_sinks: int,
+    eval_seed: int = 2022,
+) -> tuple[TinyDecoder, dict[str, Tensor]]:
+    """Train (or take from the trained cache) one model; read it each way of
+    :data:`STREAMING_READINGS`, and at ``L`` (nonoverlapping, as ``"at_L"``).
+
+    The segments are those :func:`run_text_experiment` draws for the seed, as long as
+    the longest input of ``config``; every reading scores all their targets.
+
+    Returns:
+        The model and, per reading, the ``[eval_windows, longest]`` per-target losses.
+
+    Raises:
+        ValueError, TypeError: as :func:`train_language_model`, or ``num_sinks`` not an
+            int in ``0 .. train_length - 1``.
+    """
+    check_int("num_sinks", num_sinks, 0)
+    if num_sinks >= config.train_length:
+        raise ValueError(f"num_sinks={num_sinks} must be below train_length={config.train_length}")
+    model, _ = trained(train_language_model, scheme, config, seed, splits)
+    length = config.train_length
+    generator = torch.Generator().manual_seed(eval_seed + seed)
+    segments = held_out_windows(
+        splits.test, max(config.eval_lengths), config.eval_windows, generator=generator
+    )
+    cache = {"num_sinks": num_sinks, "window": length - num_sinks}
+    with cpu_threads(config.num_threads):
+        losses = {
+            "at_L": nonoverlapping_losses(model, segments, length),
+            "whole": position_losses(model, segments),
+            "window": position_losses(model, segments, window=length),
+            "sinks": streaming_losses(model, segments, **cache),
+            "sinks_text_positions": streaming_losses(model, segments, **cache, reindex=False),
+        }
+    return model, losses
 
 
 def run_text_experiment(
