@@ -731,9 +731,10 @@ class MultiHeadAttention(nn.Module):
         """
         batch, length = self._check_call(x, context, causal, cache)
         cross = context is not None
-        past = 0 if cache is None or cross else len(cache)  # the queries' first index
         if positions is None and cache is not None and not cross:
             positions = cache.next_positions(length, x.device)  # each row continues
+        # the queries' first index, once the cache made room (a SinkCache evicts)
+        past = 0 if cache is None or cross else len(cache)
         axes = None if cross else self.position.position_axes
         positions = self._check_positions("positions", positions, batch, length, x.device, axes)
         if not cross and cache is not None and cache.positions is not None:

@@ -10,8 +10,14 @@ rotated at its index in the cache, not in the text, so the query always sits at 
 The authors' code keeps keys unrotated and rotates the whole cache at its indices at
 every step. :class:`SinkCache` keeps the keys as the layer rotated them and, when
 tokens leave, rotates the kept recent ones back by the number of positions they moved:
-for RoPE, ``R(p - e) k = R(-e) R(p) k``. Each key is rotated back from the key as it
-came in, by its total move, so the rounding error does not grow with the stream.
+for RoPE, ``R(p - e) k = R(-e) R(p) k``. Each key is rotated back once from the key as it
+came in, by its total move, so its rounding does not grow with the number of moves (a
+window's worth, at most).
+
+``window`` counts the new token: a query sees the sinks and the ``window - 1`` tokens
+before it, so it sits at most ``num_sinks + window - 1`` positions after any key. The
+authors' evaluation script trims its cache to ``start + recent`` after each step and then
+adds the new token, so its ``start + recent`` is ``SinkCache(start, recent + 1)`` here.
 """
 
 from __future__ import annotations
@@ -55,8 +61,8 @@ class SinkCache(KVCache):
     non-sink keys) and, with ``reindex=True``, gives them the next indices *in the
     cache*, at most ``num_sinks + window - 1``; the kept recent keys move down by as
     many positions as were evicted (RoPE keys are rotated back). With ``reindex=False``
-    the tokens keep their positions in the text, as in the paper's ablation, and a
-    query meets its sinks at distances training never showed.
+    the tokens keep their positions in the text, and a query meets its sinks at
+    distances that grow with the stream.
 
     Args:
         num_sinks: the first tokens kept for good (``0``: a plain sliding window).
@@ -65,7 +71,8 @@ class SinkCache(KVCache):
         reindex: positions in the cache (StreamingLLM) or in the text.
 
     One position per token, shared by the batch (``[L]`` positions): the rows of a
-    stream advance together.
+    stream advance together. The cache keeps no padding mask: an ``attn_mask`` passed
+    to the layer must match the cached keys (evicted columns dropped).
 
     Raises:
         TypeError: ``num_sinks`` or ``window`` is not an int, ``reindex`` not a bool;
@@ -74,14 +81,15 @@ class SinkCache(KVCache):
         ValueError: ``num_sinks`` negative, ``window`` not positive.
     """
 
-    def __init__(self, num_sinks: int = 4, window: int = 1020, *, reindex: bool = True) -> None:
+    def __init__(self, num_sinks: int, window: int, *, reindex: bool = True) -> None:
         super().__init__()
         self.num_sinks = check_int("num_sinks", num_sinks, 0)
         self.window = check_int("window", window, 1)
         self.reindex = check_bool("reindex", reindex)
         self._arrived: Tensor | None = None  # the keys as the layer gave them
         self._moved: Tensor | None = None  # how far each has moved down since: [Lk] ints
-        self._rotary: RotaryEmbedding | None = None
+        self._rotary: RotaryEmbedding | None = None  # the layer's RoPE, when keys move
+        self._factor = 1.0  # its attention factor, which its tables carry
 
     def __repr__(self) -> str:
         return (
@@ -98,8 +106,11 @@ class SinkCache(KVCache):
         """As :meth:`KVCache.bind`; with ``reindex``, checks that the layer's keys can move."""
         super().bind(layer)
         scheme = getattr(layer, "position", None)
+        self._rotary = None
         if self.reindex and isinstance(scheme, PositionScheme) and _moves_keys(scheme):
             self._rotary = scheme  # the keys move with their positions: rotate them back
+            zero = torch.zeros(1, dtype=torch.long, device=scheme.cos_cached.device)
+            self._factor = float(scheme.cos_sin(zero)[0][0, 0])  # cos(0) times the factor
 
     def next_positions(self, length: int, device: torch.device | str | None = None) -> Tensor:
         """Make room for ``length`` new tokens, then return their positions.
@@ -143,38 +154,46 @@ class SinkCache(KVCache):
 
     def _rotated_back(self) -> Tensor:
         """Each arrived key rotated by minus its move: RoPE's ``R(-e)``, without the
-        attention factor that the layer's tables carry (``cos(0) = 1`` times it)."""
+        attention factor that the layer's tables carry. The tables keep their dtype
+        (float32 or float64), so bf16 keys are rotated in it and rounded once."""
         rotary, arrived, moved = self._rotary, self._arrived, self._moved
         cos, sin = rotary.cos_sin(moved.to(rotary.cos_cached.device))
-        factor = rotary.cos_sin(torch.zeros(1, dtype=torch.long, device=cos.device))[0][0, 0]
-        cos, sin = (cos / factor).to(arrived), (-sin / factor).to(arrived)
+        cos, sin = (cos / self._factor).to(arrived.device), (-sin / self._factor).to(arrived.device)
         return apply_partial_rope(arrived, cos, sin, rotary.layout)
 
     def append(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Add the new keys (already given room by :meth:`next_positions`); return all.
 
         Raises:
-            ValueError: the positions are not ``[L]``, or the keys do not fit: positions
-                were passed to the layer instead of taken from :meth:`next_positions`.
+            ValueError: the positions are not ``[L]``; the keys do not fit, or (with
+                ``reindex``) the positions are not the cache's next indices: positions
+                were passed to the layer instead of taken from :meth:`next_positions`;
+                or, as :meth:`KVCache.append`, the keys do not match the cached ones.
         """
         if positions.dim() != 1:
             raise ValueError(
                 f"positions: a SinkCache keeps one position per token, shared by the batch "
                 f"([L]), got shape {tuple(positions.shape)}"
             )
-        if len(self) + k.shape[-2] > self.capacity:
+        length = k.shape[-2]
+        expected = torch.arange(len(self), len(self) + length, device=positions.device)
+        if len(self) + length > self.capacity or (
+            self.reindex and not torch.equal(positions, expected)
+        ):
             raise ValueError(
-                f"{k.shape[-2]} new keys do not fit a SinkCache holding {len(self)} of "
-                f"{self.capacity}: call the layer with positions=None, so that the cache "
-                "makes room and gives the positions (next_positions)"
+                f"positions {positions.tolist()} for {length} new keys in a SinkCache "
+                f"holding {len(self)} of {self.capacity}: call the layer with "
+                "positions=None, so that the cache makes room and gives the positions "
+                "(next_positions)"
             )
-        moved = torch.zeros(k.shape[-2], dtype=torch.long, device=k.device)
+        keys = super().append(k, v, positions)  # checks the shapes; after the kept keys
+        moved = torch.zeros(length, dtype=torch.long, device=k.device)
         if self._arrived is None:
             self._arrived, self._moved = k, moved
         else:
             self._arrived = torch.cat((self._arrived, k), dim=-2)
             self._moved = torch.cat((self._moved, moved))
-        return super().append(k, v, positions)  # after the kept keys as rotated back
+        return keys
 
     def store_context(
         self, k: Tensor, v: Tensor, positions: Tensor, context: Tensor

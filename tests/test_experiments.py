@@ -283,6 +283,12 @@ def test_sink_share_with_zero_logits_is_the_closed_form():
     torch.testing.assert_close(got, expected)
     with pytest.raises(ValueError, match="no learned sinks"):
         attention_to_sinks(_decoder("rope"), tokens, start=3)
+    with pytest.raises(ValueError, match=r"\[batch, seq\]"):
+        attention_to_sinks(model, tokens[0], start=3)
+    with pytest.raises(ValueError, match="no row"):
+        attention_to_sinks(model, tokens[:0], start=3)
+    with pytest.raises(ValueError, match="batch_size"):
+        attention_to_sinks(model, tokens, start=3, batch_size=0)
 
 
 def test_rope_local_global_windows_the_even_layers():

@@ -10,7 +10,7 @@ from pecode.attention import KVCache, MultiHeadAttention
 from pecode.experiments import TinyDecoder
 from pecode.experiments.text import position_losses, streaming_losses
 from pecode.reference.attention import attention_layer_loop
-from pecode.rope import RotaryEmbedding
+from pecode.rope import RotaryEmbedding, apply_rope, rope_cos_sin, rope_inv_freq
 from pecode.streaming import SinkCache
 
 
@@ -71,18 +71,49 @@ def test_reindexing_changes_what_a_query_sees_of_its_sinks():
     assert (cached[:, 6:] - in_text[:, 6:]).abs().amax() > 1e-3
 
 
-def test_rounding_does_not_grow_with_a_long_stream():
-    """Each kept key is rotated back once from the key as it came in: after 400 steps the
-    float64 outputs still equal the recomputation to 1e-12."""
-    rope = RotaryEmbedding(8, dtype=torch.float64)
-    layer = _layer(rope, torch.float64)
-    x = torch.randn(1, 400, 16, dtype=torch.float64, generator=torch.manual_seed(3))
-    cache = SinkCache(1, 3)
-    got = _stream(layer, x, cache, 1)
-    for t in (3, 100, 399):
-        kept = _kept(t, 1, 1, 3)
-        want = attention_layer_loop(layer, x[:, kept], list(range(len(kept))))[:, -1]
-        torch.testing.assert_close(got[:, t], want, atol=1e-12, rtol=0)
+def _exact_keys(layer, x, kept):
+    """The kept tokens' keys, as the layer projects them, rotated at their cache index
+    in float64 (the authors' way)."""
+    k = layer.k_proj(x[:, kept]).unflatten(-1, (layer.num_kv_heads, -1)).transpose(1, 2)
+    rope = layer.position
+    inv_freq = rope_inv_freq(rope.head_dim, rope.base, dtype=torch.float64)
+    cos, sin = rope_cos_sin(torch.arange(len(kept)), inv_freq)
+    return apply_rope(k.double(), cos, sin)  # [B, Hkv, n, Dh]
+
+
+def test_a_key_is_rotated_back_once_however_often_it_moved():
+    """Float32, a window of 300, 600 steps: each kept key has moved up to 300 times. One
+    rotation from the key as it came in stays within 2e-6 of the exact key at its cache
+    index; rotating by one step at each move (transformers' former SinkCache) drifts to
+    about 2e-5."""
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(16, 2, position=RotaryEmbedding(8))
+    x = torch.randn(1, 600, 16, generator=torch.manual_seed(3))
+    cache = SinkCache(1, 300)
+    with torch.no_grad():
+        _stream(layer, x, cache, 1)
+        kept = _kept(599, 1, 1, 300)
+        exact = _exact_keys(layer, x, kept)
+    assert cache.positions.tolist() == list(range(301))
+    assert (cache.keys.double() - exact).abs().max() < 2e-6
+
+
+def test_bf16_keys_are_rotated_back_in_the_tables_dtype():
+    """bf16 keys, float32 tables: each moved key is rotated in float32 and rounded once,
+    within one bf16 unit (eps·|x|) of the float64 rotation of the key as it came in
+    (read from the cache's own record of it). Rotating with tables rounded to bf16 was
+    off by up to 128 units on small entries."""
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(64, 1, position=RotaryEmbedding(64)).to(torch.bfloat16)
+    x = torch.randn(1, 300, 64, generator=torch.manual_seed(4)).to(torch.bfloat16)
+    cache = SinkCache(4, 60)
+    with torch.no_grad():
+        _stream(layer, x, cache, 1)
+    arrived, moved = cache._arrived, cache._moved  # the keys as they came, and their moves
+    cos, sin = rope_cos_sin(-moved, rope_inv_freq(64, dtype=torch.float64))
+    exact = apply_rope(arrived.double(), cos, sin)
+    unit = torch.finfo(torch.bfloat16).eps * exact.abs().clamp(min=1e-3)
+    assert ((cache.keys.double() - exact).abs() / unit).max() < 1
 
 
 def test_no_sinks_is_a_sliding_window_in_one_pass():
@@ -134,6 +165,32 @@ def test_a_model_streams_through_one_cache_per_block():
     assert (with_sinks[:, 6:] - masked[:, 6:]).abs().amax() > 1e-4  # another reading
 
 
+def test_positions_given_by_hand_are_refused_with_reindexing():
+    """With reindex, a position other than the cache's next index would leave the cache
+    with positions that are not its indices: refused before the cache is full, too."""
+    layer, x = _layer(RotaryEmbedding(8)), torch.randn(1, 4, 16)
+    cache = SinkCache(2, 4)
+    layer(x[:, :2], causal=True, cache=cache)
+    with pytest.raises(ValueError, match="positions=None"):
+        layer(x[:, 2:3], positions=torch.tensor([100]), causal=True, cache=cache)
+    layer(x[:, 2:3], positions=torch.tensor([2]), causal=True, cache=cache)  # its own
+    with pytest.raises(ValueError, match="do not fit the cache"):  # the base class's check
+        cache.append(torch.randn(1, 4, 1, 4), torch.randn(1, 4, 1, 4), torch.tensor([3]))
+
+
+def test_query_temperature_by_index_counts_the_index_in_the_cache():
+    """Llama 4's temperature by index reads the cache's length after eviction: the same
+    as the layer run on the kept tokens alone."""
+    temperature = {"beta": 0.5, "length": 2, "offset": 1, "by": "index"}
+    layer = _layer(RotaryEmbedding(8), query_temperature=temperature)
+    x = torch.randn(1, 9, 16, generator=torch.manual_seed(8))
+    got = _stream(layer, x, SinkCache(1, 2), 1)
+    for t in range(9):
+        kept = _kept(t, 1, 1, 2)
+        want = layer(x[:, kept], causal=True)[:, -1]
+        torch.testing.assert_close(got[:, t], want, atol=1e-6, rtol=1e-6)
+
+
 def test_errors_name_the_argument():
     with pytest.raises(TypeError, match="num_sinks"):
         SinkCache(1.5, 4)
@@ -161,13 +218,17 @@ def test_errors_name_the_argument():
         _layer(dynamic)(x[:, :2], causal=True, cache=SinkCache(1, 4))
     _layer(dynamic)(x[:, :2], causal=True, cache=SinkCache(1, 4, reindex=False))  # keys stay
     with pytest.raises(ValueError, match="cross-attention"):
-        SinkCache().store_context(x, x, torch.arange(5), x)
+        SinkCache(4, 8).store_context(x, x, torch.arange(5), x)
     model = TinyDecoder("sinusoidal", vocab_size=5, max_len=4, dim=8, num_heads=2)
     with pytest.raises(ValueError, match="caches"):
         model(torch.zeros(1, 2, dtype=torch.long), caches=[KVCache(), KVCache()])
     model = TinyDecoder("rope", vocab_size=5, max_len=4, dim=8, num_heads=2)
     with pytest.raises(ValueError, match="one per block"):
         model(torch.zeros(1, 2, dtype=torch.long), caches=[KVCache()])
+    with pytest.raises(TypeError, match="caches"):
+        model(torch.zeros(1, 2, dtype=torch.long), caches=KVCache())
+    with pytest.raises(TypeError, match="model"):
+        streaming_losses(object(), torch.zeros(1, 3, dtype=torch.long), num_sinks=1, window=2)
 
 
 def test_repr_and_capacity():

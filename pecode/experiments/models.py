@@ -350,10 +350,15 @@ class TinyDecoder(nn.Module):
             ValueError: ``tokens`` is not 2-D, holds an id outside the vocabulary, or
                 (``learned``) is longer than ``max_len``: a learned table has no rows
                 there, so the model is not defined; ``window`` is not positive;
-                ``caches`` with ``window``, with an absolute scheme (whose positions
-                are added before attention), or not one per block.
+                ``caches`` (a list or tuple of KVCache, else ``TypeError``) with
+                ``window``, with an absolute scheme (whose positions are added before
+                attention), or not one per block.
         """
         if caches is not None:
+            if not isinstance(caches, list | tuple) or not all(
+                isinstance(cache, KVCache) for cache in caches
+            ):
+                raise TypeError("caches must be a list or tuple of KVCache, one per block")
             if window is not None or self.absolute is not None:
                 raise ValueError(
                     "caches: only for a scheme inside attention, without window "
@@ -700,8 +705,11 @@ def attention_beyond(
         tokens: [batch, seq] (seq > distance)    returns: [num_layers, num_heads] (float64)
 
     Raises:
-        ValueError: ``distance`` is not a positive int below ``seq``.
+        ValueError: ``distance`` is not a positive int below ``seq``; ``tokens`` is not
+            a non-empty ``[batch, seq]`` tensor.
+        TypeError, ValueError: ``batch_size`` is not a positive int.
     """
+    _check_rows(tokens, batch_size)
     length = tokens.shape[-1]
     check_int("distance", distance, 1)
     if distance >= length:
@@ -735,8 +743,11 @@ def attention_entropy(
         tokens: [batch, seq]    returns: [num_layers] (float64)
 
     Raises:
-        ValueError: ``last`` is not a positive int of at most ``seq``.
+        ValueError: ``last`` is not a positive int of at most ``seq``; ``tokens`` is not
+            a non-empty ``[batch, seq]`` tensor.
+        TypeError, ValueError: ``batch_size`` is not a positive int.
     """
+    _check_rows(tokens, batch_size)
     length = tokens.shape[-1]
     check_int("last", last, 1)
     if last > length:
@@ -768,8 +779,11 @@ def attention_on_first_keys(
 
     Raises:
         ValueError: ``keys`` or ``start`` is not a positive int, or ``start`` is not
-            past ``keys`` and below ``seq``.
+            past ``keys`` and below ``seq``; ``tokens`` is not a non-empty
+            ``[batch, seq]`` tensor.
+        TypeError, ValueError: ``batch_size`` is not a positive int.
     """
+    _check_rows(tokens, batch_size)
     length = tokens.shape[-1]
     check_int("keys", keys, 1)
     check_int("start", start, 1)
@@ -800,9 +814,11 @@ def attention_to_sinks(
         tokens: [batch, seq]    returns: [num_layers, num_heads] (float64)
 
     Raises:
-        ValueError: the model has no learned sinks, or ``start`` is not an int in
-            ``0 .. seq-1``.
+        ValueError: the model has no learned sinks, ``start`` is not an int in
+            ``0 .. seq-1``, or ``tokens`` is not a non-empty ``[batch, seq]`` tensor.
+        TypeError, ValueError: ``batch_size`` is not a positive int.
     """
+    _check_rows(tokens, batch_size)
     if any(block.attention.sinks is None for block in model.blocks):
         raise ValueError(f"model has no learned sinks (scheme {model.scheme!r})")
     check_int("start", start, 0)
@@ -816,6 +832,16 @@ def attention_to_sinks(
             dropped = 1 - weights[..., start:, :].double().sum(-1)  # [B, H, L - start]
             totals[layer] += dropped.mean(-1).sum(0)
     return totals / tokens.shape[0]
+
+
+def _check_rows(tokens: object, batch_size: object) -> None:
+    """The token rows and batch size of the attention measurements."""
+    if not isinstance(tokens, Tensor) or tokens.dim() != 2:
+        shape = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
+        raise ValueError(f"tokens must be a [batch, seq] tensor, got {shape}")
+    if tokens.shape[0] == 0:
+        raise ValueError("tokens holds no row")
+    check_int("batch_size", batch_size, 1)
 
 
 def _layer_weights(model: TinyDecoder, tokens: Tensor, window: int | None = None) -> list[Tensor]:

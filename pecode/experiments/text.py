@@ -271,10 +271,13 @@ def streaming_losses(
         windows: [count, n + 1] (int64)    returns: [count, n] (float64)
 
     Raises:
+        TypeError: ``model`` is not a :class:`~pecode.experiments.TinyDecoder`.
         ValueError: ``windows`` is not 2-D with at least 2 columns; as
             :class:`~pecode.streaming.SinkCache` for ``num_sinks``, ``window`` and the
             model's scheme.
     """
+    if not isinstance(model, TinyDecoder):
+        raise TypeError(f"model must be a TinyDecoder, got {type(model).__name__}")
     if not isinstance(windows, Tensor) or windows.dim() != 2 or windows.shape[1] < 2:
         raise ValueError("windows must be a [count, n + 1] tensor with n >= 1")
     check_int("batch_size", batch_size, 1)
@@ -648,9 +651,12 @@ def streaming_readings(
         The model and, per reading, the ``[eval_windows, longest]`` per-target losses.
 
     Raises:
-        ValueError, TypeError: as :func:`train_language_model`, or ``num_sinks`` not an
-            int in ``0 .. train_length - 1``.
+        ValueError, TypeError: as :func:`train_language_model`; an absolute scheme
+            (``sinusoidal``, ``learned``: positions added before attention, which a
+            cache cannot re-index); ``num_sinks`` not an int in ``0 .. train_length - 1``.
     """
+    if scheme in ("sinusoidal", "learned"):  # positions added before attention
+        raise ValueError(f"scheme {scheme!r} cannot stream: its positions are not in attention")
     check_int("num_sinks", num_sinks, 0)
     if num_sinks >= config.train_length:
         raise ValueError(f"num_sinks={num_sinks} must be below train_length={config.train_length}")
