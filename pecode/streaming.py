@@ -99,11 +99,12 @@ class SinkCache(KVCache):
 
     @property
     def capacity(self) -> int:
-        """The most keys it holds: ``num_sinks + window``."""
+        """How many keys it holds at most, ``num_sinks + window``."""
         return self.num_sinks + self.window
 
     def bind(self, layer: nn.Module) -> None:
-        """As :meth:`KVCache.bind`; with ``reindex``, checks that the layer's keys can move."""
+        """As :meth:`~pecode.attention.KVCache.bind`; with ``reindex``, also checks that
+        the layer's keys can move."""
         super().bind(layer)
         scheme = getattr(layer, "position", None)
         self._rotary = None
@@ -168,7 +169,8 @@ class SinkCache(KVCache):
             ValueError: the positions are not ``[L]``; the keys do not fit, or (with
                 ``reindex``) the positions are not the cache's next indices: positions
                 were passed to the layer instead of taken from :meth:`next_positions`;
-                or, as :meth:`KVCache.append`, the keys do not match the cached ones.
+                or, as :meth:`~pecode.attention.KVCache.append`, the keys do not match
+                the cached ones.
         """
         if positions.dim() != 1:
             raise ValueError(
