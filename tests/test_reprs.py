@@ -24,6 +24,7 @@ from pecode.attention import ContentOnly, MultiHeadAttention
 from pecode.experiments.models import FrequencyRotary, ScaledQueries, SilencedPairs, TinyDecoder
 from pecode.grid_rope import AxialRotaryEmbedding, MixedRotaryEmbedding
 from pecode.hf import HFLlamaAttention
+from pecode.kerple import Kerple
 from pecode.mla import MultiHeadLatentAttention
 from pecode.relative import (
     DebertaRelativePosition,
@@ -138,6 +139,7 @@ def _cases() -> list[tuple[nn.Module, dict[str, object]]]:
             {"scale": "logn_query_scale(length=16)"},
         ),
         (ReRoPE(RotaryEmbedding(8), 4, leak=2.0), {"head_dim": 8, "window": 4, "leak": 2.0}),
+        (Kerple(3, "power"), {"num_heads": 3, "kind": "power"}),
         (
             TinyDecoder("rope_nope", **decoder_settings, nope_every=2),
             {"scheme": "rope_nope", "nope_every": 2, **decoder_settings},
