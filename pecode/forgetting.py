@@ -45,7 +45,13 @@ from torch import Tensor, nn
 from pecode._checks import check_floating_tensor, check_heads, check_int, check_query_key
 from pecode.attention import PositionScheme
 
-__all__ = ["ForgettingGate", "constant_gate_logits", "forgetting_bias", "log_forget_gates"]
+__all__ = [
+    "GATE_INIT_STD",
+    "ForgettingGate",
+    "constant_gate_logits",
+    "forgetting_bias",
+    "log_forget_gates",
+]
 
 _NAME = "ForgettingGate"
 

@@ -180,7 +180,7 @@ class Sandwich(PositionScheme):
         Raises:
             ValueError: ``q`` does not have ``num_heads`` heads.
             TypeError, ValueError: positions as
-                :func:`pecode._checks.check_position_pair` refuses them.
+                ``pecode._checks.check_position_pair`` refuses them.
         """
         if q.shape[1] != self.num_heads:
             raise ValueError(f"q has {q.shape[1]} heads, Sandwich was built for {self.num_heads}")

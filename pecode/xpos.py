@@ -229,7 +229,7 @@ class XPos(PositionScheme):
     Query pair ``i`` at position ``n`` is rotated as by RoPE and multiplied by
     ``ζ_i^((n - centre)/B)``; key pair ``i`` at position ``m`` by ``ζ_i^(-(m - centre)/B)``
     (:func:`xpos_scale`). The rotation tables come from a
-    :class:`~pecode.rope.RotaryEmbedding` (:attr:`rotary`) and the factors are computed
+    :class:`~pecode.rope.RotaryEmbedding` (``rotary``) and the factors are computed
     in float64 for each call, then rounded into the tables. A key's factor depends on
     its own position only, so keys cached by :class:`~pecode.attention.KVCache` stay
     valid while decoding. Positions farther than :func:`xpos_position_limit` from
