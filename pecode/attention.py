@@ -37,7 +37,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pecode._checks import check_bool, check_int, check_integer_tensor, check_real
-from pecode.flex import flex_unsupported, offset_bias_attention, offset_range
+from pecode.flex import (
+    FlexRecompileLimit,
+    flex_unsupported,
+    offset_bias_attention,
+    offset_range,
+)
 from pecode.scaling import log_length_query_scale
 
 __all__ = [
@@ -107,7 +112,7 @@ class PositionScheme(nn.Module):
         Shapes::
 
             q: [B, H, Lq, Dh] (for its heads, dtype and device)    offsets: [n] (integer)
-            returns: [H, n], float32 or wider
+            returns: [H, n] (the layer casts it to q's dtype, as it does the dense bias)
 
         The base class does not define one. A scheme whose :meth:`score_bias` depends on
         the offset alone (ALiBi, T5, KERPLE) overrides it to agree with
@@ -118,8 +123,10 @@ class PositionScheme(nn.Module):
 
     @property
     def has_offset_bias(self) -> bool:
-        """True when a subclass overrides :meth:`offset_bias`."""
-        return type(self).offset_bias is not PositionScheme.offset_bias
+        """True when the class that defines :meth:`score_bias` also defines
+        :meth:`offset_bias` (a subclass that changes only the bias has no table)."""
+        owner = next(c for c in type(self).__mro__ if "score_bias" in vars(c))
+        return owner is not PositionScheme and "offset_bias" in vars(owner)
 
     def output_term(self, weights: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         """Return a term added to each head's output, computed from the attention weights.
@@ -830,7 +837,7 @@ class MultiHeadAttention(nn.Module):
         q = self.q_norm(q) if after else q
         if self.query_temperature is not None:  # after the scheme, as Llama 4 and Ministral 3
             q = q * self._temperature(positions, past).to(q.device, q.dtype)
-        if flex and self._flex_fits(q, k, v, attn_mask):
+        if flex and self._flex_fits(q, k, v, attn_mask, positions, k_positions):
             return q, k, v, _FlexCall(attn_mask, causal), positions, k_positions
         mask = self._mask(q, k, attn_mask, causal, positions, k_positions)
         return q, k, v, mask, positions, k_positions
@@ -857,7 +864,15 @@ class MultiHeadAttention(nn.Module):
             )
         return _fold_mask(attn_mask, causal, bias, length, k_len, q.dtype, q.device)
 
-    def _flex_fits(self, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None) -> bool:
+    def _flex_fits(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        attn_mask: Tensor | None,
+        q_positions: Tensor,
+        k_positions: Tensor,
+    ) -> bool:
         """Whether ``kernel`` and this call let FlexAttention compute the attention."""
         if self.kernel == "dense" or not self.position.has_offset_bias:
             return False
@@ -871,7 +886,12 @@ class MultiHeadAttention(nn.Module):
             return False
         tensors = (q, k, v, *self.position.parameters())
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-        return flex_unsupported(q, needs_grad) is None
+        if flex_unsupported(q, needs_grad) is not None:
+            return False
+        # one table serves every row: rows at far-apart positions would need one as wide
+        # as their distance, and then the dense mask is the smaller
+        low, high = offset_range(q_positions, k_positions)
+        return high - low + 1 <= 4 * (q.shape[2] + k.shape[2])
 
     def _flex(
         self,
@@ -899,12 +919,17 @@ class MultiHeadAttention(nn.Module):
             "attn_mask": call.attn_mask,
         }
         args = (q, k, v, table, low, q_positions, k_positions)
-        if self.kernel == "flex":
-            return offset_bias_attention(*args, **options)
         try:
             return offset_bias_attention(*args, **options)
-        except Exception as error:  # auto: any failure of FlexAttention means the dense path
-            _flex_failed(error)
+        except FlexRecompileLimit as error:  # this call goes dense, with a warning once
+            _flex_warn_once("recompile", error, "this call and others like it use the dense mask")
+            return None
+        except Exception as error:
+            if self.kernel == "flex":
+                raise
+            global _FLEX_FAILED  # auto: any failure of FlexAttention means the dense path
+            _FLEX_FAILED = True
+            _flex_warn_once("failed", error, "kernel='auto' uses the dense mask from now on")
             return None
 
     def _temperature(self, positions: Tensor, past: int) -> Tensor:
@@ -1134,15 +1159,19 @@ class _FlexCall:
         self.attn_mask, self.causal = attn_mask, causal
 
 
-def _flex_failed(error: Exception) -> None:
-    """Stop trying FlexAttention under ``kernel="auto"``, saying why once."""
-    global _FLEX_FAILED
-    _FLEX_FAILED = True
+_FLEX_WARNED: set[str] = set()  # the kinds of FlexAttention failure already reported
+
+
+def _flex_warn_once(kind: str, error: Exception, consequence: str) -> None:
+    """A RuntimeWarning the first time FlexAttention fails in this way."""
+    if kind in _FLEX_WARNED:
+        return
+    _FLEX_WARNED.add(kind)
+    first_line = str(error).splitlines()[0] if str(error) else ""
     warnings.warn(
-        f"FlexAttention failed ({type(error).__name__}: {error}); kernel='auto' uses the "
-        "dense mask from now on",
+        f"FlexAttention failed ({type(error).__name__}: {first_line}); {consequence}",
         RuntimeWarning,
-        stacklevel=3,
+        stacklevel=4,
     )
 
 

@@ -10,10 +10,12 @@ an ``[B, H, Lq, Lk]`` float mask for SDPA. Chapter 11 measures both.
 What FlexAttention does here (PyTorch 2.13), and what this module does about it:
 
 * it runs compiled (Inductor generates C++ on the CPU, Triton on a GPU); uncompiled it
-  computes every score and warns. The first call of each shape compiles for seconds, so
-  lengths are padded up to a power of two (at least 128; padded keys are masked, padded
-  queries dropped): a handful of shapes, each compiled once per process and cached on
-  disk by Inductor;
+  computes every score. The first call of each shape compiles for seconds, so the
+  lengths, the batch and the table are padded up to powers of two (lengths at least
+  128; padded keys are masked, padded queries and rows dropped) and every option is a
+  tensor of one layout: a handful of shapes, each compiled once per process and cached
+  on disk by Inductor. Past PyTorch's limit of recompiles it would run uncompiled; here
+  it raises :class:`FlexRecompileLimit` instead, and the layer takes its dense path;
 * on the CPU it has no backward and takes float32, float16 and bfloat16 only:
   :func:`flex_unsupported` says so, and the layer then takes its dense path;
 * on a GPU its backward reaches captured tensors that require grad, such as a learned
@@ -22,6 +24,7 @@ What FlexAttention does here (PyTorch 2.13), and what this module does about it:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import warnings
 from collections.abc import Callable
@@ -30,14 +33,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["flex_unsupported", "offset_bias_attention", "offset_range"]
+__all__ = ["FlexRecompileLimit", "flex_unsupported", "offset_bias_attention", "offset_range"]
 
 _MIN_BUCKET = 128  # FlexAttention's block size: shorter inputs are padded to one block
 _compiled: dict[str, Callable[..., Any]] = {}
 
 
+class FlexRecompileLimit(RuntimeError):
+    """FlexAttention would need one compile more than PyTorch allows in this process."""
+
+
 def offset_range(q_positions: Tensor, k_positions: Tensor) -> tuple[int, int]:
-    """The smallest and largest offset ``p_q - p_k`` over all pairs (each row its own).
+    """The smallest and largest offset ``p_q - p_k`` over all pairs of positions (over
+    the whole batch: a table that covers them serves every row).
 
     Shapes::
 
@@ -67,16 +75,16 @@ def flex_unsupported(q: Tensor, needs_grad: bool) -> str | None:
     return None
 
 
-def _bucket(length: int) -> int:
-    """``length`` padded up to a power of two of at least one block."""
-    return max(_MIN_BUCKET, 1 << (length - 1).bit_length())
+def _bucket(size: int, smallest: int = _MIN_BUCKET) -> int:
+    """``size`` padded up to a power of two, at least ``smallest``."""
+    return max(smallest, 1 << (size - 1).bit_length())
 
 
-def _pad_seq(t: Tensor, length: int, dim: int) -> Tensor:
-    """``t`` padded along ``dim`` to ``length`` with copies of its last entry."""
+def _pad(t: Tensor, length: int, dim: int) -> Tensor:
+    """``t`` padded along ``dim`` to ``length`` with copies of its last entry, contiguous."""
     extra = length - t.shape[dim]
     if extra == 0:
-        return t
+        return t.contiguous()
     last = t.narrow(dim, t.shape[dim] - 1, 1)
     return torch.cat([t, last.expand(*t.shape[:dim], extra, *t.shape[dim + 1 :])], dim=dim)
 
@@ -121,11 +129,13 @@ def offset_bias_attention(
 
         q: [B, H, Lq, Dh]    k, v: [B, Hkv, Lk, Dh]    table: [H, n] (n offsets from low)
         q_positions: [Lq] or [B, Lq]    k_positions: [Lk] or [B, Lk]   (integer)
-        attn_mask: bool, broadcastable to [B, H, Lq, Lk] with four axes
+        attn_mask: bool, four axes, broadcastable to [B, H, Lq, Lk]
         returns: [B, H, Lq, Dh]
 
     Raises:
         ValueError: ``table`` does not cover the offsets of the positions.
+        TypeError: ``attn_mask`` is not a bool tensor of four axes.
+        FlexRecompileLimit: one more compile than PyTorch allows in this process.
     """
     batch, heads, q_len, _ = q.shape
     k_len = k.shape[2]
@@ -133,18 +143,28 @@ def offset_bias_attention(
     needed_low, needed_high = offset_range(q_positions, k_positions)
     if needed_low < low or needed_high > high:
         raise ValueError(f"table covers offsets {low} .. {high}, not those of the positions")
-    q_pad, k_pad = _bucket(q_len), _bucket(k_len)
-    q, k, v = (_pad_seq(t, n, 2) for t, n in ((q, q_pad), (k, k_pad), (v, k_pad)))
-    qp = _pad_seq(q_positions.reshape(-1, q_len), q_pad, 1).expand(batch, q_pad)
-    kp = _pad_seq(k_positions.reshape(-1, k_len), k_pad, 1).expand(batch, k_pad)
-    table = table.to(q.dtype)
-    # every option is a tensor and every closure has one form, so that a new length,
-    # offset or option is new data for the compiled kernel, not a recompile
-    allowed = attn_mask if attn_mask is not None else q.new_ones((1, 1, 1, 1), dtype=torch.bool)
-    allowed = allowed.expand(*allowed.shape[:3], k_len)  # padded keys: never seen
+    if attn_mask is not None and (attn_mask.dtype != torch.bool or attn_mask.dim() != 4):
+        raise TypeError("attn_mask must be a bool tensor with four axes [B, H, Lq, Lk]")
+    # powers of two, so that a new length, batch or offset span is seldom a new shape
+    rows, q_pad, k_pad = _bucket(batch, 1), _bucket(q_len), _bucket(k_len)
+    q, k, v = (_pad(_pad(t, n, 2), rows, 0) for t, n in ((q, q_pad), (k, k_pad), (v, k_pad)))
+    qp = _pad(_pad(q_positions.reshape(-1, q_len).expand(batch, q_len), q_pad, 1), rows, 0)
+    kp = _pad(_pad(k_positions.reshape(-1, k_len).expand(batch, k_len), k_pad, 1), rows, 0)
+    table = table.to(q.dtype)  # as the dense path casts its mask
+    # contiguous positions span q_len + k_len - 1 offsets: one width per length bucket
+    width = _bucket(table.shape[1], q_pad + k_pad)
+    table = torch.cat([table, table.new_zeros(heads, width - table.shape[1])], 1)
+    # every option is a tensor of one layout: new data for the compiled kernel, not a
+    # new kernel; padded keys and padded rows are masked
+    allowed = q.new_ones((batch, 1, 1, k_len), dtype=torch.bool)
+    if attn_mask is not None:
+        allowed = allowed & attn_mask  # [B, 1 or H, 1 or Lq, Lk]
     allowed = torch.cat([allowed, allowed.new_zeros(*allowed.shape[:3], k_pad - k_len)], -1)
-    allowed = _pad_seq(allowed, q_pad, 2) if allowed.shape[2] != 1 else allowed
-    allowed = allowed.expand(batch, heads, q_pad, k_pad)
+    allowed = _pad(allowed, q_pad, 2) if allowed.shape[2] != 1 else allowed
+    allowed = torch.cat([allowed, allowed.new_zeros(rows - batch, *allowed.shape[1:])], 0)
+    per_head, per_query = (
+        allowed.new_tensor(allowed.shape[i] > 1, dtype=torch.int64) for i in (1, 2)
+    )
     as_tensor = q.new_tensor
     low_t = as_tensor(low, dtype=torch.int64)
     offset = as_tensor(k_len - q_len, dtype=torch.int64)  # causal: i sees keys <= i + offset
@@ -158,14 +178,14 @@ def offset_bias_attention(
 
     def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         p_q, p_k = qp[b, q_idx], kp[b, kv_idx]
-        keep = allowed[b, h, q_idx, kv_idx] & ((p_q - p_k).abs() < reach)
+        keep = allowed[b, h * per_head, q_idx * per_query, kv_idx]
+        keep = keep & ((p_q - p_k).abs() < reach)
         keep = keep & ((kv_idx <= q_idx + offset) | ~is_causal)
         return keep & ((p_q // chunk_t == p_k // chunk_t) | ~chunked)
 
-    with warnings.catch_warnings():  # a first call compiles: torch's lazy imports may warn
-        warnings.simplefilter("ignore")
+    with _compiling():
         block_mask = _compiled_function("create_block_mask")(
-            mask_mod, batch, heads, q_pad, k_pad, device=q.device
+            mask_mod, rows, heads, q_pad, k_pad, device=q.device
         )
         out = _compiled_function("flex_attention")(
             q,
@@ -176,4 +196,30 @@ def offset_bias_attention(
             scale=scale,
             enable_gqa=k.shape[1] != heads,
         )
-    return out[:, :, :q_len]
+    return out[:batch, :, :q_len]
+
+
+class _compiling:
+    """Calls of the compiled functions: torch's deprecation warnings from lazy imports
+    silenced, and the recompile limit raised as :class:`FlexRecompileLimit` instead of
+    a silent run without compiling (which would compute every score)."""
+
+    def __enter__(self) -> None:
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import torch._dynamo
+
+        config = torch._dynamo.config
+        self._patch = (
+            config.patch(fail_on_recompile_limit_hit=True)
+            if hasattr(config, "fail_on_recompile_limit_hit")
+            else contextlib.nullcontext()
+        )
+        self._patch.__enter__()
+
+    def __exit__(self, kind: type | None, error: BaseException | None, trace: Any) -> None:
+        self._patch.__exit__(kind, error, trace)
+        self._warnings.__exit__(kind, error, trace)
+        if error is not None and type(error).__name__ == "FailOnRecompileLimitHit":
+            raise FlexRecompileLimit(str(error)) from error

@@ -200,6 +200,7 @@ def test_auto_falls_back_to_the_dense_path_with_a_warning_when_flex_fails(monkey
     monkeypatch.setattr(attention, "offset_bias_attention", broken)
     monkeypatch.setattr(attention, "_AUTO_FLEX_ENTRIES", 1)
     monkeypatch.setattr(attention, "_FLEX_FAILED", False)
+    monkeypatch.setattr(attention, "_FLEX_WARNED", set())
     layer, reference = _pair("alibi")
     layer.kernel = "auto"
     with pytest.warns(RuntimeWarning, match="no C.. compiler"):
@@ -245,3 +246,76 @@ def test_offset_table_equals_score_bias_entry_by_entry(scheme_name):
     looked_up = table[:, (qp[:, None] - kp[None, :]) - low]
     # one float32 rounding apart at most: pow on a row and on a matrix may round differently
     torch.testing.assert_close(looked_up, dense, atol=0, rtol=2.4e-7)
+
+
+@pytest.mark.parametrize("kernel", ["flex", "auto"])
+def test_the_recompile_limit_means_the_dense_path_with_one_warning(monkeypatch, kernel):
+    def limited(*args, **kwargs):
+        raise flex.FlexRecompileLimit("recompile_limit reached")
+
+    monkeypatch.setattr(attention, "offset_bias_attention", limited)
+    monkeypatch.setattr(attention, "_AUTO_FLEX_ENTRIES", 1)
+    monkeypatch.setattr(attention, "_FLEX_FAILED", False)
+    monkeypatch.setattr(attention, "_FLEX_WARNED", set())
+    layer, reference = _pair("alibi")
+    layer.kernel = kernel
+    with pytest.warns(RuntimeWarning, match="recompile_limit"):
+        _compare(layer, reference, torch.randn(2, 40, 16), causal=True)
+    _compare(layer, reference, torch.randn(2, 40, 16), causal=True)  # no second warning
+    assert not attention._FLEX_FAILED  # a later call may still compile
+
+
+def test_torch_at_its_recompile_limit_raises_instead_of_running_uncompiled():
+    """Uncompiled, FlexAttention would compute every score: more memory than the mask."""
+    import torch._dynamo
+
+    if not hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
+        pytest.skip("this PyTorch cannot refuse to run uncompiled")
+    positions = torch.arange(40)
+
+    def call(head_dim):
+        q = torch.randn(1, 2, 40, head_dim)
+        table = torch.zeros(2, 79)
+        flex.offset_bias_attention(
+            q, q, q, table, -39, positions, positions, scale=1.0, causal=True
+        )
+
+    with torch._dynamo.config.patch(recompile_limit=1):
+        # two shapes no other test uses: the second is a recompile at the latest
+        try:
+            call(24)
+        except flex.FlexRecompileLimit:
+            return
+        with pytest.raises(flex.FlexRecompileLimit):
+            call(40)
+
+
+def test_lengths_batches_and_spans_in_one_bucket_share_one_compiled_kernel(flex_calls):
+    import torch._dynamo.utils
+
+    layer, reference = _pair("alibi")
+    _compare(layer, reference, torch.randn(3, 40, 16), causal=True)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for batch, length in ((4, 41), (4, 70), (3, 127)):  # batch bucket 4, length 128
+        _compare(layer, reference, torch.randn(batch, length, 16), causal=True)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+    assert len(flex_calls) == 4
+
+
+def test_rows_far_apart_take_the_dense_path(flex_calls):
+    """One table serves every row: rows 10**6 positions apart would need one that wide."""
+    layer, reference = _pair("alibi")
+    positions = torch.stack([torch.arange(40), torch.arange(40) + 10**6])
+    _compare(layer, reference, torch.randn(2, 40, 16), causal=True, positions=positions)
+    assert flex_calls == []
+
+
+def test_a_subclass_that_changes_the_bias_has_no_table():
+    class Steeper(ALiBi):
+        def score_bias(self, q, k, q_positions, k_positions):
+            return 2 * super().score_bias(q, k, q_positions, k_positions)
+
+    assert ALiBi(4).has_offset_bias
+    assert not Steeper(4).has_offset_bias
+    with pytest.raises(ValueError, match="kernel='flex'"):
+        MultiHeadAttention(16, 4, position=Steeper(4), kernel="flex")

@@ -651,8 +651,10 @@ def longer_readings(
     """The models of ``result`` read again at ``L`` and ``factor · L``, on new segments.
 
     Each seed's models read ``eval_windows`` new held-out segments of ``factor · L``
-    (:func:`held_out_windows`, generator seed ``eval_seed + factor · 1000 + seed``, so
-    that they are not ``result``'s), in pieces of ``L`` and whole. No model is trained;
+    (:func:`held_out_windows`, generator seed ``eval_seed + factor · 1000 + seed``:
+    another draw than :func:`run_text_experiment`'s ``eval_seed + seed`` for seeds
+    below ``1000 · factor``; the two draws may still overlap in the text), in pieces of
+    ``L`` and whole. No model is trained;
     the RoPE models are also read with each kind of ``rope_readings``. The result is a
     :class:`TextResult` whose config has ``eval_factors=(1, factor)``, so its
     :meth:`TextResult.compare` gives the same statistics as ``result``'s.
@@ -668,7 +670,7 @@ def longer_readings(
         if kind not in ROPE_READINGS:
             raise ValueError(f"unknown rope reading {kind!r}; accepted: {list(ROPE_READINGS)}")
     config = dataclasses.replace(result.config, eval_factors=(1, factor))
-    longer = TextResult(config=config, seeds=result.seeds, models=result.models)
+    longer = TextResult(config=config, seeds=result.seeds, models=dict(result.models))
     for scheme, models in result.models.items():
         for seed, model in zip(result.seeds, models, strict=True):
             generator = torch.Generator().manual_seed(eval_seed + factor * 1000 + seed)
