@@ -442,7 +442,7 @@ def _process_memory() -> tuple[int, int]:
 
 
 def _peak_memory_child() -> None:
-    """Run in a subprocess by :func:`_peak_memory`: prints ``{kernel: {length: bytes}}``."""
+    """Run in a subprocess by ``_peak_memory``: prints ``{kernel: {length: bytes}}``."""
     lengths, heads, head_dim = json.loads(sys.argv[1])
     torch.set_num_threads(1)
     peaks: dict[str, dict[int, int]] = {}
@@ -516,7 +516,9 @@ def flex_costs(
     without gradient with ``kernel="dense"`` (ALiBi's bias folded into an
     ``[1, H, L, L]`` float mask for SDPA) and ``kernel="flex"`` (:mod:`pecode.flex`:
     a table of ``H·(2L - 1)`` numbers inside FlexAttention). The peak is the memory one
-    forward adds, measured as :func:`_peak_memory` says, after a first call that
+    forward adds (on a GPU, CUDA's allocator statistics; on the CPU, the resident
+    memory's peak under Linux, in a fresh process whose glibc ``malloc`` returns every
+    freed block above 128 KiB to the system), after a first call that
     compiled FlexAttention's kernel; the times are interleaved rounds, one thread by
     default. One dict per kernel and length: ``kernel``, ``length``, ``peak_bytes``,
     ``mask_bytes`` (``4·H·L²``, the float32 mask itself), ``time`` (a :class:`Spread`

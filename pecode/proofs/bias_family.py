@@ -859,6 +859,6 @@ EVIDENCE: dict[str, str] = {
     "forgetting_gate_is_relative": "proven",
     "sandwich_bias_is_never_above_the_diagonal": "proven",
 }
-"""The evidence word (DESIGN §6) for each public function's claim: *proven* for all sizes
-by sympy, *checked* for the explicit sizes given (:func:`alibi_kernel_cpd`) or
-numerically (:func:`cpd_min_eigenvalue`)."""
+"""Each public function's kind of evidence (DESIGN §6), *proven* for all sizes by sympy,
+or *checked* for the explicit sizes given (:func:`alibi_kernel_cpd`) or numerically
+(:func:`cpd_min_eigenvalue`)."""
