@@ -40,8 +40,12 @@ test: $(STAMP)
 # BLAS rounding), one thread (other reductions).
 # The committed outputs must still pass: they are properties of the math, not of the
 # machine that wrote them (tests/nbval_tolerance.py says how numbers are compared).
+# Inductor's cache does not tell kernels compiled under another ATEN_CPU_CAPABILITY apart
+# (FlexAttention's gave wrong outputs when reused): these kernels get a cache of their own.
 test-other-cpu: $(STAMP)
-	ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 $(BIN)/python -m pytest $(XDIST) notebooks
+	ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 \
+	TORCHINDUCTOR_CACHE_DIR=$${TMPDIR:-/tmp}/torchinductor-pecode-avx2-$$(id -u) \
+	$(BIN)/python -m pytest $(XDIST) notebooks
 
 # Headless Chromium for the browser tests (tests/test_browser_*.py), which open built pages
 # offline: MathJax (vendored by book/_ext/mathjax_offline.py) typesets them, search lists

@@ -152,11 +152,14 @@ def _bias(slopes: Tensor, q_positions: Tensor, k_positions: Tensor, symmetric: b
     ).unsqueeze(-2)
     if distance.dim() == 3:  # batched positions
         distance = distance.unsqueeze(1)  # [B, 1, Lq, Lk]
-    m = slopes.view(-1, 1, 1)
+    return _distance_bias(slopes.view(-1, 1, 1), distance, symmetric)
+
+
+def _distance_bias(m: Tensor, distance: Tensor, symmetric: bool) -> Tensor:
+    """``-m |d|``, or (causal) ``-m d`` with ``-inf`` where ``d < 0``; ``m`` broadcasts."""
     if symmetric:
-        return -m * distance.abs().to(slopes.dtype)
-    bias = -m * distance.to(slopes.dtype)
-    return bias.masked_fill(distance < 0, float("-inf"))
+        return -m * distance.abs().to(m.dtype)
+    return (-m * distance.to(m.dtype)).masked_fill(distance < 0, float("-inf"))
 
 
 def alibi_bias(
@@ -337,6 +340,18 @@ class ALiBi(PositionScheme):
         if q_positions is k_positions:  # self-attention: every query sees itself
             return _bias(slopes, q_positions, k_positions, self.symmetric)
         return alibi_bias_from_positions(slopes, q_positions, k_positions, symmetric=self.symmetric)
+
+    def offset_bias(self, q: Tensor, offsets: Tensor) -> Tensor:
+        """The bias ``[H, n]`` of each offset ``p_q - p_k`` (FlexAttention's table).
+
+        Raises:
+            ValueError: ``q`` does not have ``num_heads`` heads.
+        """
+        if q.shape[1] != self.num_heads:
+            raise ValueError(f"q has {q.shape[1]} heads, ALiBi was built for {self.num_heads}")
+        dtype = torch.promote_types(q.dtype, torch.float32)
+        slopes = self._exact_slopes(q.device).to(device=q.device, dtype=dtype)
+        return _distance_bias(slopes.view(-1, 1), offsets.to(q.device, torch.int64), self.symmetric)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, symmetric={self.symmetric}"

@@ -27,6 +27,7 @@ shared by a group of consecutive query heads; Ainslie et al. 2023), multi-query 
 from __future__ import annotations
 
 import math
+import warnings
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -36,6 +37,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pecode._checks import check_bool, check_int, check_integer_tensor, check_real
+from pecode.flex import (
+    FlexRecompileLimit,
+    flex_unsupported,
+    offset_bias_attention,
+    offset_range,
+)
 from pecode.scaling import log_length_query_scale
 
 __all__ = [
@@ -98,6 +105,28 @@ class PositionScheme(nn.Module):
     def logit_scale(self, head_dim: int) -> float:
         """The factor on ``q·k``; ``1 / sqrt(head_dim)`` as in Vaswani et al. (2017)."""
         return 1.0 / math.sqrt(head_dim)
+
+    def offset_bias(self, q: Tensor, offsets: Tensor) -> Tensor:
+        """The bias as a function of the offset ``p_q - p_k`` alone, for each offset given.
+
+        Shapes::
+
+            q: [B, H, Lq, Dh] (for its heads, dtype and device)    offsets: [n] (integer)
+            returns: [H, n] (the layer casts it to q's dtype, as it does the dense bias)
+
+        The base class does not define one. A scheme whose :meth:`score_bias` depends on
+        the offset alone (ALiBi, T5, KERPLE) overrides it to agree with
+        :meth:`score_bias`; :class:`MultiHeadAttention` can then compute the bias inside
+        FlexAttention from this table instead of an ``Lq×Lk`` mask (:mod:`pecode.flex`).
+        """
+        raise NotImplementedError
+
+    @property
+    def has_offset_bias(self) -> bool:
+        """True when the class that defines :meth:`score_bias` also defines
+        :meth:`offset_bias` (a subclass that changes only the bias has no table)."""
+        owner = next(c for c in type(self).__mro__ if "score_bias" in vars(c))
+        return owner is not PositionScheme and "offset_bias" in vars(owner)
 
     def output_term(self, weights: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         """Return a term added to each head's output, computed from the attention weights.
@@ -217,26 +246,28 @@ def additive_mask(
     Raises:
         TypeError: ``attn_mask`` is neither bool nor floating, or ``bias`` is not floating.
     """
-    total: Tensor | None = None
-    if bias is not None:
-        if not bias.is_floating_point():
-            raise TypeError(f"bias must be a floating tensor, got {bias.dtype}")
-        total = bias.to(dtype)
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            as_float = torch.zeros(attn_mask.shape, dtype=dtype, device=device)
-            as_float = as_float.masked_fill(~attn_mask, float("-inf"))
-        elif attn_mask.is_floating_point():
-            as_float = attn_mask.to(dtype)
-        else:
-            raise TypeError(f"attn_mask must be bool or floating, got {attn_mask.dtype}")
-        total = as_float if total is None else total + as_float
+    if bias is not None and not bias.is_floating_point():
+        raise TypeError(f"bias must be a floating tensor, got {bias.dtype}")
+    if attn_mask is not None and not (
+        attn_mask.dtype == torch.bool or attn_mask.is_floating_point()
+    ):
+        raise TypeError(f"attn_mask must be bool or floating, got {attn_mask.dtype}")
+    # the bool masks are combined first (1 byte an entry), then written into the float
+    # total in one masked_fill: no float copy of a mask, no full-size addition for it
+    blocked: Tensor | None = None  # True where a query may not see a key
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        blocked = ~attn_mask
     if causal:
-        allowed = causal_mask(q_len, k_len, device=device)
-        blocked = torch.zeros(q_len, k_len, dtype=dtype, device=device)
-        blocked = blocked.masked_fill(~allowed, float("-inf"))
-        total = blocked if total is None else total + blocked
-    return total
+        later = ~causal_mask(q_len, k_len, device=device)
+        blocked = later if blocked is None else blocked | later
+    total: Tensor | None = None if bias is None else bias.to(dtype)
+    if attn_mask is not None and attn_mask.is_floating_point():
+        total = attn_mask.to(dtype) if total is None else total + attn_mask.to(dtype)
+    if blocked is None:
+        return total
+    if total is None:
+        total = torch.zeros((), dtype=dtype, device=device)
+    return total.masked_fill(blocked, float("-inf"))
 
 
 class KVCache:
@@ -423,6 +454,16 @@ class MultiHeadAttention(nn.Module):
             attention (the right choice when positions were added to the embeddings).
         bias: whether the four projections have a bias.
         dropout: dropout on the attention probabilities, active in training mode only.
+        kernel: how an offset bias (:meth:`PositionScheme.offset_bias`: ALiBi, T5,
+            KERPLE) reaches the logits. ``"dense"`` folds it into a ``[B, H, L, Lk]``
+            float mask for SDPA. ``"flex"`` computes it inside FlexAttention from an
+            ``H·(L + Lk)`` table (:mod:`pecode.flex`) whenever FlexAttention can
+            compute the call, and takes the dense path otherwise (on the CPU: when a
+            gradient is needed, or in float64; dropout in training). ``"auto"`` (the
+            default) does as ``"flex"`` from ``L·Lk >= 2048²`` on, where the mask
+            takes 16 MiB a head in float32 and FlexAttention's compile, a few seconds
+            once per length, is repaid (chapter 11 measures both), and falls back to
+            the dense path, with a warning, if FlexAttention fails.
 
     Options of the 2024–26 families (each off by default; with none of them the layer
     is the one above):
@@ -490,6 +531,7 @@ class MultiHeadAttention(nn.Module):
         position: PositionScheme | None = None,
         bias: bool = True,
         dropout: float = 0.0,
+        kernel: str = "auto",
         head_dim: int | None = None,
         qkv_bias: bool | None = None,
         out_bias: bool | None = None,
@@ -528,6 +570,9 @@ class MultiHeadAttention(nn.Module):
             embed_dim // num_heads if head_dim is None else check_int("head_dim", head_dim)
         )
         self.dropout = dropout
+        if kernel not in _KERNELS:
+            raise ValueError(f"kernel must be one of {list(_KERNELS)}, got {kernel!r}")
+        self.kernel = kernel
         self.position = self._check_scheme(position)
         q_width, kv_width = num_heads * self.head_dim, num_kv_heads * self.head_dim
         self.q_proj = nn.Linear(embed_dim, q_width, bias=qkv_bias)
@@ -559,6 +604,11 @@ class MultiHeadAttention(nn.Module):
         self.window = None if window is None else check_int("window", window)
         self.chunk = None if chunk is None else check_int("chunk", chunk)
         self.query_temperature = _check_temperature(query_temperature)
+        if kernel == "flex" and (self.softcap is not None or self.sinks is not None):
+            raise ValueError(
+                "kernel='flex' computes the softmax inside FlexAttention, where softcap and "
+                "sinks do not reach: use kernel='dense' with them"
+            )
         self._check_scheme(self.position)  # again, now that logit_scale and softcap are set
 
     def extra_repr(self) -> str:
@@ -576,6 +626,7 @@ class MultiHeadAttention(nn.Module):
             "window": self.window,
             "chunk": self.chunk,
             "query_temperature": self.query_temperature,
+            "kernel": None if self.kernel == "auto" else self.kernel,
         }
         extra = "".join(f", {k}={v!r}" for k, v in options.items() if v is not None)
         return (
@@ -631,8 +682,13 @@ class MultiHeadAttention(nn.Module):
                 :class:`KVCache`.
         """
         q, k, v, mask, q_positions, k_positions = self._prepare(
-            x, context, positions, context_positions, causal, attn_mask, cache
+            x, context, positions, context_positions, causal, attn_mask, cache, flex=True
         )
+        if isinstance(mask, _FlexCall):  # an offset bias, computed inside FlexAttention
+            out = self._flex(q, k, v, mask, q_positions, k_positions)
+            if out is not None:
+                return self.out_proj(self._merge_heads(out))
+            mask = self._mask(q, k, mask.attn_mask, mask.causal, q_positions, k_positions)
         dropout = self.dropout if self.training else 0.0
         if self.position.has_output_term or self.softcap is not None or self.sinks is not None:
             weights = F.dropout(self._weights(q, k, mask), p=dropout, training=self.training)
@@ -723,11 +779,13 @@ class MultiHeadAttention(nn.Module):
         causal: bool,
         attn_mask: Tensor | None,
         cache: KVCache | None,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor | str | None, Tensor, Tensor]:
+        flex: bool = False,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | str | _FlexCall | None, Tensor, Tensor]:
         """Project to heads, apply the position scheme, use the cache, build the mask.
 
         Returns ``q, k, v, mask, q_positions, k_positions`` (``k``, ``v`` and
-        ``k_positions`` include the cached keys); ``mask`` as :func:`_fold_mask`.
+        ``k_positions`` include the cached keys); ``mask`` as :func:`_fold_mask`, or,
+        with ``flex`` and a call FlexAttention can compute, a :class:`_FlexCall`.
         """
         batch, length = self._check_call(x, context, causal, cache)
         cross = context is not None
@@ -779,16 +837,100 @@ class MultiHeadAttention(nn.Module):
         q = self.q_norm(q) if after else q
         if self.query_temperature is not None:  # after the scheme, as Llama 4 and Ministral 3
             q = q * self._temperature(positions, past).to(q.device, q.dtype)
-        attn_mask = self._with_position_mask(attn_mask, positions, k_positions)
-        bias = self.position.score_bias(q, self._keys_for_bias(k), positions, k_positions)
+        if flex and self._flex_fits(q, k, v, attn_mask, positions, k_positions):
+            return q, k, v, _FlexCall(attn_mask, causal), positions, k_positions
+        mask = self._mask(q, k, attn_mask, causal, positions, k_positions)
+        return q, k, v, mask, positions, k_positions
+
+    def _mask(
+        self,
+        q: Tensor,
+        k: Tensor,
+        attn_mask: Tensor | None,
+        causal: bool,
+        q_positions: Tensor,
+        k_positions: Tensor,
+    ) -> Tensor | str | None:
+        """The window's and chunks' limits, the scheme's bias and the masks, folded."""
+        batch, _, length, _ = q.shape
+        k_len = k.shape[2]
+        attn_mask = self._with_position_mask(attn_mask, q_positions, k_positions)
+        bias = self.position.score_bias(q, self._keys_for_bias(k), q_positions, k_positions)
         if bias is not None:
             _check_broadcast(
                 f"the bias of {type(self.position).__name__}",
                 bias,
                 (batch, self.num_heads, length, k_len),
             )
-        mask = _fold_mask(attn_mask, causal, bias, length, k_len, q.dtype, q.device)
-        return q, k, v, mask, positions, k_positions
+        return _fold_mask(attn_mask, causal, bias, length, k_len, q.dtype, q.device)
+
+    def _flex_fits(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        attn_mask: Tensor | None,
+        q_positions: Tensor,
+        k_positions: Tensor,
+    ) -> bool:
+        """Whether ``kernel`` and this call let FlexAttention compute the attention."""
+        if self.kernel == "dense" or not self.position.has_offset_bias:
+            return False
+        if self.position.has_output_term or self.softcap is not None or self.sinks is not None:
+            return False
+        if attn_mask is not None and attn_mask.dtype != torch.bool:
+            return False
+        if self.training and self.dropout > 0:  # FlexAttention has no dropout
+            return False
+        if self.kernel == "auto" and (_FLEX_FAILED or q.shape[2] * k.shape[2] < _AUTO_FLEX_ENTRIES):
+            return False
+        tensors = (q, k, v, *self.position.parameters())
+        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        if flex_unsupported(q, needs_grad) is not None:
+            return False
+        # one table serves every row: rows at far-apart positions would need one as wide
+        # as their distance, and then the dense mask is the smaller
+        low, high = offset_range(q_positions, k_positions)
+        return high - low + 1 <= 4 * (q.shape[2] + k.shape[2])
+
+    def _flex(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        call: _FlexCall,
+        q_positions: Tensor,
+        k_positions: Tensor,
+    ) -> Tensor | None:
+        """The attention by FlexAttention, the bias read from the scheme's offset table;
+        ``None`` if FlexAttention failed under ``kernel="auto"`` (the caller goes dense)."""
+        low, high = offset_range(q_positions, k_positions)
+        table = self.position.offset_bias(q, torch.arange(low, high + 1, device=q.device))
+        _check_broadcast(
+            f"the offset bias of {type(self.position).__name__}",
+            table[:, None, None, :],
+            (self.num_heads, 1, 1, high - low + 1),
+        )
+        options = {
+            "scale": self._logit_scale(),
+            "causal": call.causal,
+            "window": self.window,
+            "chunk": self.chunk,
+            "attn_mask": call.attn_mask,
+        }
+        args = (q, k, v, table, low, q_positions, k_positions)
+        try:
+            return offset_bias_attention(*args, **options)
+        except FlexRecompileLimit as error:  # this call goes dense, with a warning once
+            _flex_warn_once("recompile", error, "this call and others like it use the dense mask")
+            return None
+        except Exception as error:
+            if self.kernel == "flex":
+                raise
+            global _FLEX_FAILED  # auto: any failure of FlexAttention means the dense path
+            _FLEX_FAILED = True
+            _flex_warn_once("failed", error, "kernel='auto' uses the dense mask from now on")
+            return None
 
     def _temperature(self, positions: Tensor, past: int) -> Tensor:
         """The query temperature, ``[B or 1, 1, L, 1]``, of the position or the index."""
@@ -852,6 +994,12 @@ class MultiHeadAttention(nn.Module):
             )
         # a scheme whose bias is the whole logit (ReRoPE's bias_holds_logits): the layer's
         # logit_scale or softcap would act on q·k alone, which the scheme zeroes
+        if getattr(self, "kernel", None) == "flex" and not position.has_offset_bias:
+            raise ValueError(
+                f"kernel='flex' needs a scheme whose bias is a function of the offset "
+                f"(PositionScheme.offset_bias: ALiBi, T5, KERPLE); "
+                f"{type(position).__name__} has none: use kernel='auto' or 'dense'"
+            )
         if getattr(position, "bias_holds_logits", False):
             for option in ("logit_scale", "softcap"):
                 if getattr(self, option, None) is not None:
@@ -994,6 +1142,37 @@ class MultiHeadAttention(nn.Module):
 
 
 _QK_NORMS = ("head", "projection", "l2")
+_KERNELS = ("auto", "dense", "flex")
+
+# kernel="auto" takes FlexAttention from this many query-key pairs on (2048²): below it
+# the dense mask is small and FlexAttention's compile would not be repaid
+_AUTO_FLEX_ENTRIES = 2048 * 2048
+_FLEX_FAILED = False  # set once FlexAttention failed under kernel="auto"
+
+
+class _FlexCall:
+    """What :meth:`MultiHeadAttention.forward` needs to run FlexAttention: the masks."""
+
+    __slots__ = ("attn_mask", "causal")
+
+    def __init__(self, attn_mask: Tensor | None, causal: bool) -> None:
+        self.attn_mask, self.causal = attn_mask, causal
+
+
+_FLEX_WARNED: set[str] = set()  # the kinds of FlexAttention failure already reported
+
+
+def _flex_warn_once(kind: str, error: Exception, consequence: str) -> None:
+    """A RuntimeWarning the first time FlexAttention fails in this way."""
+    if kind in _FLEX_WARNED:
+        return
+    _FLEX_WARNED.add(kind)
+    first_line = str(error).splitlines()[0] if str(error) else ""
+    warnings.warn(
+        f"FlexAttention failed ({type(error).__name__}: {first_line}); {consequence}",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 def _check_temperature(temperature: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -112,5 +112,17 @@ class Kerple(PositionScheme):
         dtype = torch.promote_types(q.dtype, torch.float32)
         return kerple_bias(self.kind, distance, self.scale.to(dtype), self.shape.to(dtype))
 
+    def offset_bias(self, q: Tensor, offsets: Tensor) -> Tensor:
+        """The bias ``[H, n]`` of each offset ``p_q - p_k`` (FlexAttention's table).
+
+        Raises:
+            ValueError: ``q`` does not have ``num_heads`` heads.
+        """
+        if q.shape[1] != self.num_heads:
+            raise ValueError(f"q has {q.shape[1]} heads, Kerple was built for {self.num_heads}")
+        dtype = torch.promote_types(q.dtype, torch.float32)
+        distance = offsets.view(1, -1)  # one row of offsets: [1, n] -> [H, 1, n]
+        return kerple_bias(self.kind, distance, self.scale.to(dtype), self.shape.to(dtype))[:, 0]
+
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, kind={self.kind!r}"

@@ -605,3 +605,18 @@ def test_a_causal_prefill_needs_no_more_memory_than_transformers():
             assert 4 * length**2 > 0.5 * theirs  # the neighbour: a float mask would break it
     with pytest.raises(ValueError, match="padding must be below"):
         attention_cases.prefill_memory(8, padding=8)
+
+
+def test_flex_costs_dense_peak_holds_the_mask_and_flex_stays_below_it():
+    """The dense path's peak against the float32 mask's own size (4·H·L² bytes); the
+    FlexAttention path's against it; the two outputs against each other."""
+    rows = bench.flex_costs((512,), heads=2, head_dim=16, rounds=1)
+    by_kernel = {row["kernel"]: row for row in rows}
+    assert set(by_kernel) == {"dense mask", "FlexAttention"}
+    dense, flex = by_kernel["dense mask"], by_kernel["FlexAttention"]
+    assert dense["mask_bytes"] == 4 * 2 * 512**2
+    assert dense["peak_bytes"] >= dense["mask_bytes"]
+    assert flex["peak_bytes"] < dense["mask_bytes"] / 2
+    assert dense["max_error"] < 1e-5
+    with pytest.raises(ValueError, match="length"):
+        bench.flex_costs((0,))

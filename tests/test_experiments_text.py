@@ -23,6 +23,7 @@ from pecode.experiments.text import (
     corpus_splits,
     held_out_windows,
     load_corpus,
+    longer_readings,
     nonoverlapping_losses,
     position_losses,
     random_windows,
@@ -448,3 +449,31 @@ def test_excess_below_the_training_length_is_zero_for_a_causal_model(splits):
     # linear interpolation at factor 2 changes the positions below L too
     assert result.excess_by_position("rope+linear", 32)[:16].abs().max() > 1e-4
     assert result.excess_by_position("learned", 32) is None
+
+
+def test_longer_readings_read_new_segments_at_both_lengths(splits):
+    """Against nonoverlapping_losses of the model on the segments the docstring names."""
+    config = TextConfig(**{**TINY.__dict__, "steps": 2})
+    result = run_text_experiment(
+        config, seeds=(0, 1), schemes=("learned", "alibi", "rope"), splits=splits
+    )
+    longer = longer_readings(result, 4, splits, rope_readings=("yarn",), eval_seed=7)
+    assert longer.config.eval_lengths == (16, 64)
+    assert longer.names == ["learned", "alibi", "rope", "rope+yarn"]
+    assert longer.losses["learned"][64] is None  # no table rows past L
+    for seed_index, seed in enumerate((0, 1)):
+        generator = torch.Generator().manual_seed(7 + 4 * 1000 + seed)
+        segments = held_out_windows(splits.test, 64, 4, generator=generator)
+        model = result.models["alibi"][seed_index]
+        for length in (16, 64):
+            expected = nonoverlapping_losses(model, segments, length)
+            assert torch.equal(longer.losses["alibi"][length][seed_index], expected)
+    # new segments: not the ones the run read at L
+    assert not torch.equal(longer.losses["rope"][16][0][:, :32], result.losses["rope"][16][0])
+    assert longer.compare(("alibi", 64), ("alibi", 16)).seeds.count == 2
+    with pytest.raises(ValueError, match="factor"):
+        longer_readings(result, 1, splits)
+    with pytest.raises(ValueError, match="rope reading"):
+        longer_readings(result, 2, splits, rope_readings=("bogus",))
+    with pytest.raises(TypeError, match="TextResult"):
+        longer_readings({}, 2, splits)

@@ -21,7 +21,10 @@ import pecode
 from pecode.absolute import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from pecode.alibi import ALiBi
 from pecode.attention import ContentOnly, MultiHeadAttention
+from pecode.cope import CoPE
 from pecode.experiments.models import FrequencyRotary, ScaledQueries, SilencedPairs, TinyDecoder
+from pecode.fire import FIRE
+from pecode.forgetting import ForgettingGate
 from pecode.grid_rope import AxialRotaryEmbedding, MixedRotaryEmbedding
 from pecode.hf import HFLlamaAttention
 from pecode.kerple import Kerple
@@ -34,7 +37,9 @@ from pecode.relative import (
 )
 from pecode.rerope import ReRoPE
 from pecode.rope import RotaryEmbedding
+from pecode.sandwich import Sandwich
 from pecode.scaling import logn_query_scale
+from pecode.xpos import XPos
 
 # modules whose settings all live in their submodules, or that have none
 NO_SETTINGS_OF_THEIR_OWN = {"PositionScheme", "_Block", "RotaryEmbeddingPerLayerType"}
@@ -56,6 +61,7 @@ def _cases() -> list[tuple[nn.Module, dict[str, object]]]:
         "context_dim": 24,
         "bias": False,
         "dropout": 0.25,
+        "kernel": "dense",
     }
     options_2026 = {
         "head_dim": 6,
@@ -140,6 +146,36 @@ def _cases() -> list[tuple[nn.Module, dict[str, object]]]:
         ),
         (ReRoPE(RotaryEmbedding(8), 4, leak=2.0), {"head_dim": 8, "window": 4, "leak": 2.0}),
         (Kerple(3, "power"), {"num_heads": 3, "kind": "power"}),
+        (Sandwich(3, d_bar=64, base=500.0), {"num_heads": 3, "d_bar": 64, "base": 500.0}),
+        (
+            FIRE(3, 16, eps=1e-5, log_transform=False),
+            {"num_heads": 3, "hidden": 16, "eps": 1e-5, "log_transform": False},
+        ),
+        (ForgettingGate(3, 8), {"num_heads": 3, "head_dim": 8}),
+        (
+            XPos(
+                8,
+                base=500.0,
+                smoothing=0.5,
+                scale_base=256.0,
+                centre=4,
+                layout="interleaved",
+                dtype=torch.float64,
+            ),
+            {
+                "head_dim": 8,
+                "base": 500.0,
+                "smoothing": 0.5,
+                "scale_base": 256.0,
+                "centre": 4,
+                "layout": "interleaved",
+                "dtype": torch.float64,
+            },
+        ),
+        (
+            CoPE(8, 16, num_heads=2, gate_scale=0.5),
+            {"head_dim": 8, "npos_max": 16, "num_heads": 2, "gate_scale": 0.5},
+        ),
         (
             TinyDecoder("rope_nope", **decoder_settings, nope_every=2),
             {"scheme": "rope_nope", "nope_every": 2, **decoder_settings},

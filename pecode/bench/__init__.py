@@ -58,6 +58,7 @@ from pecode.bench.attention_cases import (
     bench_shaw,
     encoding_costs,
     encoding_layers,
+    flex_costs,
     prefill_memory,
     softmax_attention,
 )
@@ -109,6 +110,7 @@ __all__ = [
     "cases_table",
     "encoding_costs",
     "encoding_layers",
+    "flex_costs",
     "format_cases",
     "main",
     "peak_tensor_memory",

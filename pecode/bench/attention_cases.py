@@ -11,12 +11,18 @@ difference between their results:
 * :func:`encoding_costs`: parameters, extra memory and time of one attention layer per
   encoding (:func:`encoding_layers`);
 * :func:`prefill_memory`: a causal prefill's tensor memory inside a transformers model,
-  on transformers' SDPA path and on pecode's attention.
+  on transformers' SDPA path and on pecode's attention;
+* :func:`flex_costs`: an offset bias (ALiBi) as a dense mask against FlexAttention's
+  table, peak memory and time against the length.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +62,7 @@ __all__ = [
     "bench_shaw",
     "encoding_costs",
     "encoding_layers",
+    "flex_costs",
     "prefill_memory",
     "softmax_attention",
 ]
@@ -408,3 +415,149 @@ def prefill_memory(
         "transformers sdpa": peak_tensor_memory(prefill(theirs)),
         "pecode": peak_tensor_memory(prefill(ours)),
     }
+
+
+# --------------------------------------------------------------------------------------
+# An offset bias as a dense mask against FlexAttention's table (pecode.flex)
+
+
+def _flex_pair(heads: int, head_dim: int, device: torch.device) -> dict[str, nn.Module]:
+    """Two causal ALiBi layers with the same weights, ``kernel="dense"`` and ``"flex"``."""
+    torch.manual_seed(0)
+    dense = MultiHeadAttention(heads * head_dim, heads, position=ALiBi(heads), kernel="dense")
+    flex = MultiHeadAttention(heads * head_dim, heads, position=ALiBi(heads), kernel="flex")
+    flex.load_state_dict(dense.state_dict())
+    return {"dense mask": dense.to(device).eval(), "FlexAttention": flex.to(device).eval()}
+
+
+def _process_memory() -> tuple[int, int]:
+    """This process's resident bytes now and at their peak (Linux's ``/proc``)."""
+    values = {}
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            name, _, rest = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                values[name] = int(rest.split()[0]) * 1024
+    return values["VmRSS"], values["VmHWM"]
+
+
+def _peak_memory_child() -> None:
+    """Run in a subprocess by ``_peak_memory``: prints ``{kernel: {length: bytes}}``."""
+    lengths, heads, head_dim = json.loads(sys.argv[1])
+    torch.set_num_threads(1)
+    peaks: dict[str, dict[int, int]] = {}
+    for name, layer in _flex_pair(heads, head_dim, torch.device("cpu")).items():
+        peaks[name] = {}
+        for length in lengths:
+            x = _randn(1, length, heads * head_dim, device=torch.device("cpu"))
+            with torch.no_grad():
+                layer(x, causal=True)  # compiles FlexAttention's kernel for this length
+                with open("/proc/self/clear_refs", "w", encoding="ascii") as refs:
+                    refs.write("5")  # the peak starts again from what is resident now
+                before, _ = _process_memory()
+                layer(x, causal=True)
+                peaks[name][length] = _process_memory()[1] - before
+    print(json.dumps(peaks))
+
+
+def _peak_memory(
+    lengths: Sequence[int], heads: int, head_dim: int, device: torch.device
+) -> dict[str, dict[int, int]]:
+    """Peak extra bytes of one forward per kernel and length: CUDA's allocator statistics
+    on a GPU; on the CPU the resident memory's peak (Linux's ``/proc``: pages touched,
+    not reserved), in a fresh process whose ``malloc`` returns every block above 128 KiB
+    to the system when it is freed (glibc's ``MALLOC_MMAP_THRESHOLD_``), so that the
+    resident memory follows the live tensors. Another allocator (jemalloc, tcmalloc)
+    keeps freed memory and would undercount."""
+    if device.type == "cuda":
+        peaks: dict[str, dict[int, int]] = {}
+        for name, layer in _flex_pair(heads, head_dim, device).items():
+            peaks[name] = {}
+            for length in lengths:
+                x = _randn(1, length, heads * head_dim, device=device)
+                with torch.no_grad():
+                    layer(x, causal=True)
+                    torch.cuda.synchronize(device)
+                    torch.cuda.reset_peak_memory_stats(device)
+                    before = torch.cuda.memory_allocated(device)
+                    layer(x, causal=True)
+                    torch.cuda.synchronize(device)
+                    peaks[name][length] = torch.cuda.max_memory_allocated(device) - before
+        return peaks
+    if not sys.platform.startswith("linux"):
+        raise RuntimeError("flex_costs measures the CPU's peak memory through Linux's /proc")
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024), "OMP_NUM_THREADS": "1"}
+    code = "from pecode.bench.attention_cases import _peak_memory_child; _peak_memory_child()"
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps([list(lengths), heads, head_dim])],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:  # out of memory at the longest length, no /proc, ...
+        raise RuntimeError(f"the memory measurement failed:\n{done.stderr[-2000:]}")
+    peaks = json.loads(done.stdout.strip().splitlines()[-1])
+    return {name: {int(n): b for n, b in rows.items()} for name, rows in peaks.items()}
+
+
+def flex_costs(
+    lengths: Sequence[int] = (1024, 2048, 4096, 8192),
+    *,
+    heads: int = 4,
+    head_dim: int = 32,
+    device: torch.device | str = "cpu",
+    rounds: int = 3,
+    num_threads: int | None = 1,
+) -> list[dict[str, Any]]:
+    """Peak memory and time of a causal ALiBi layer's forward: dense mask or FlexAttention.
+
+    The same layer (``heads`` heads of ``head_dim``) runs ``[1, length, heads·head_dim]``
+    without gradient with ``kernel="dense"`` (ALiBi's bias folded into an
+    ``[1, H, L, L]`` float mask for SDPA) and ``kernel="flex"`` (:mod:`pecode.flex`:
+    a table of ``H·(2L - 1)`` numbers inside FlexAttention). The peak is the memory one
+    forward adds (on a GPU, CUDA's allocator statistics; on the CPU, the resident
+    memory's peak under Linux, in a fresh process whose glibc ``malloc`` returns every
+    freed block above 128 KiB to the system), after a first call that
+    compiled FlexAttention's kernel; the times are interleaved rounds, one thread by
+    default. One dict per kernel and length: ``kernel``, ``length``, ``peak_bytes``,
+    ``mask_bytes`` (``4·H·L²``, the float32 mask itself), ``time`` (a :class:`Spread`
+    of seconds), ``time_ratio`` (per round, to the dense mask's) and ``max_error``
+    (the largest difference between the two outputs).
+
+    Raises:
+        ValueError: a size is not a positive int, or ``device`` is invalid.
+        RuntimeError: on the CPU, the system is not Linux.
+    """
+    device = _check_device(device)
+    for name, value in (("heads", heads), ("head_dim", head_dim)):
+        check_int(name, value)
+    for length in lengths:
+        check_int("length", length)
+    peaks = _peak_memory(lengths, heads, head_dim, device)
+    layers = _flex_pair(heads, head_dim, device)
+    rows = []
+    for length in lengths:
+        x = _randn(1, length, heads * head_dim, device=device)
+        methods = {
+            name: (lambda layer=layer, x=x: layer(x, causal=True)) for name, layer in layers.items()
+        }
+        with torch.no_grad():
+            samples = time_interleaved(
+                methods, rounds=rounds, number=1, device=device, num_threads=num_threads
+            )
+            outputs = [fn() for fn in methods.values()]
+        error = float((outputs[0] - outputs[1]).abs().max())
+        rows += [
+            {
+                "kernel": name,
+                "length": length,
+                "peak_bytes": peaks[name][length],
+                "mask_bytes": 4 * heads * length**2,
+                "time": Spread.of(samples[name]),
+                "time_ratio": ratio_spread(samples, name, "dense mask"),
+                "max_error": error,
+            }
+            for name in layers
+        ]
+    return rows

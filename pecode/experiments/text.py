@@ -32,6 +32,7 @@ Everything runs on the CPU with a fixed number of threads, like chapter 13's run
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from collections.abc import Callable, Sequence
@@ -72,6 +73,7 @@ __all__ = [
     "corpus_splits",
     "held_out_windows",
     "load_corpus",
+    "longer_readings",
     "nonoverlapping_losses",
     "position_losses",
     "random_windows",
@@ -609,6 +611,18 @@ def _train_and_read(
     longest = max(config.eval_lengths)
     generator = torch.Generator().manual_seed(eval_seed + seed)
     segments = held_out_windows(splits.test, longest, config.eval_windows, generator=generator)
+    return model, train_losses, _read(model, scheme, config, segments, rope_readings, window)
+
+
+def _read(
+    model: TinyDecoder,
+    scheme: str,
+    config: TextConfig,
+    segments: Tensor,
+    rope_readings: Sequence[str],
+    window: int | None,
+) -> dict[str, dict[int, Tensor | None]]:
+    """One model read every way of :func:`readings` at every length of ``config``."""
     losses: dict[str, dict[int, Tensor | None]] = {}
     for name, kind, masked in readings(scheme, rope_readings, window):
         losses[name] = {}
@@ -623,7 +637,58 @@ def _train_and_read(
                 losses[name][length] = nonoverlapping_losses(
                     evaluated, segments, length, window=masked
                 )
-    return model, train_losses, losses
+    return losses
+
+
+def longer_readings(
+    result: TextResult,
+    factor: int,
+    splits: CorpusSplits,
+    *,
+    rope_readings: Sequence[str] = (),
+    eval_seed: int = 2022,
+) -> TextResult:
+    """The models of ``result`` read again at ``L`` and ``factor · L``, on new segments.
+
+    Each seed's models read ``eval_windows`` new held-out segments of ``factor · L``
+    (:func:`held_out_windows`, generator seed ``eval_seed + factor · 1000 + seed``:
+    another draw than :func:`run_text_experiment`'s ``eval_seed + seed`` for seeds
+    below ``1000 · factor``; the two draws may still overlap in the text), in pieces of
+    ``L`` and whole. No model is trained;
+    the RoPE models are also read with each kind of ``rope_readings``. The result is a
+    :class:`TextResult` whose config has ``eval_factors=(1, factor)``, so its
+    :meth:`TextResult.compare` gives the same statistics as ``result``'s.
+
+    Raises:
+        ValueError: ``factor`` is not an int above 1, or a reading is unknown.
+        TypeError: ``result`` is not a :class:`TextResult`.
+    """
+    if not isinstance(result, TextResult):
+        raise TypeError(f"result must be a TextResult, got {type(result).__name__}")
+    check_int("factor", factor, 2)
+    for kind in rope_readings:
+        if kind not in ROPE_READINGS:
+            raise ValueError(f"unknown rope reading {kind!r}; accepted: {list(ROPE_READINGS)}")
+    config = dataclasses.replace(result.config, eval_factors=(1, factor))
+    longer = TextResult(config=config, seeds=result.seeds, models=dict(result.models))
+    for scheme, models in result.models.items():
+        for seed, model in zip(result.seeds, models, strict=True):
+            generator = torch.Generator().manual_seed(eval_seed + factor * 1000 + seed)
+            segments = held_out_windows(
+                splits.test, max(config.eval_lengths), config.eval_windows, generator=generator
+            )
+            for name, by_length in _read(
+                model, scheme, config, segments, rope_readings, None
+            ).items():
+                if name not in longer.losses:
+                    longer.names.append(name)
+                    longer.losses[name] = {n: [] for n in config.eval_lengths}
+                for length, found in by_length.items():
+                    if found is None:
+                        longer.losses[name][length] = None
+                    else:
+                        longer.losses[name][length].append(found)
+    return longer
 
 
 STREAMING_READINGS: tuple[str, ...] = ("whole", "window", "sinks", "sinks_text_positions")

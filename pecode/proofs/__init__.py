@@ -42,6 +42,7 @@ __all__ = [
 MODULES = (
     "alibi",
     "attention",
+    "bias_family",
     "euler",
     "mla",
     "mrope",
@@ -50,6 +51,7 @@ MODULES = (
     "rope_base",
     "scaling",
     "sinusoidal",
+    "xpos",
 )
 """The submodules that state proofs, one per chapter or family."""
 

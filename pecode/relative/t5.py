@@ -129,6 +129,13 @@ class T5RelativePositionBias(PositionScheme):
         """The learned bias, independent of ``q`` and ``k``."""
         return self.position_bias(q_positions, k_positions)
 
+    def offset_bias(self, q: Tensor, offsets: Tensor) -> Tensor:
+        """The bias ``[H, n]`` of each offset ``p_q - p_k`` (FlexAttention's table)."""
+        buckets = t5_relative_position_bucket(
+            -offsets, self.bidirectional, self.num_buckets, self.max_distance
+        )
+        return self.bias.weight.t()[:, buckets.to(self.bias.weight.device)]
+
     def extra_repr(self) -> str:
         return (
             f"num_heads={self.num_heads}, bidirectional={self.bidirectional}, "
