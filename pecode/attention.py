@@ -115,7 +115,7 @@ class PositionScheme(nn.Module):
             returns: [H, n] (the layer casts it to q's dtype, as it does the dense bias)
 
         The base class does not define one. A scheme whose :meth:`score_bias` depends on
-        the offset alone (ALiBi, T5, KERPLE) overrides it to agree with
+        the offset alone (ALiBi, T5, KERPLE, Sandwich) overrides it to agree with
         :meth:`score_bias`; :class:`MultiHeadAttention` can then compute the bias inside
         FlexAttention from this table instead of an ``Lq×Lk`` mask (:mod:`pecode.flex`).
         """
@@ -455,15 +455,16 @@ class MultiHeadAttention(nn.Module):
         bias: whether the four projections have a bias.
         dropout: dropout on the attention probabilities, active in training mode only.
         kernel: how an offset bias (:meth:`PositionScheme.offset_bias`: ALiBi, T5,
-            KERPLE) reaches the logits. ``"dense"`` folds it into a ``[B, H, L, Lk]``
-            float mask for SDPA. ``"flex"`` computes it inside FlexAttention from an
-            ``H·(L + Lk)`` table (:mod:`pecode.flex`) whenever FlexAttention can
-            compute the call, and takes the dense path otherwise (on the CPU: when a
-            gradient is needed, or in float64; dropout in training). ``"auto"`` (the
-            default) does as ``"flex"`` from ``L·Lk >= 2048²`` on, where the mask
-            takes 16 MiB a head in float32 and FlexAttention's compile, a few seconds
-            once per length, is repaid (chapter 11 measures both), and falls back to
-            the dense path, with a warning, if FlexAttention fails.
+            KERPLE, Sandwich) reaches the logits. ``"dense"`` folds it into a
+            ``[B, H, L, Lk]`` float mask for SDPA. ``"flex"`` computes it inside
+            FlexAttention from an ``H·(L + Lk)`` table (:mod:`pecode.flex`) whenever
+            FlexAttention can compute the call, and takes the dense path otherwise (on
+            the CPU: when a gradient is needed, in float64, or without AVX2; dropout in
+            training). ``"auto"`` (the default) does as ``"flex"`` from
+            ``L·Lk >= 2048²`` on (a choice: there the mask takes 16 MiB a head in
+            float32, and FlexAttention's compile, a few seconds per padded length, is
+            paid once per process; chapter 12 measures memory and time), and falls back
+            to the dense path, with a warning, if FlexAttention fails.
 
     Options of the 2024–26 families (each off by default; with none of them the layer
     is the one above):
@@ -997,7 +998,7 @@ class MultiHeadAttention(nn.Module):
         if getattr(self, "kernel", None) == "flex" and not position.has_offset_bias:
             raise ValueError(
                 f"kernel='flex' needs a scheme whose bias is a function of the offset "
-                f"(PositionScheme.offset_bias: ALiBi, T5, KERPLE); "
+                f"(PositionScheme.offset_bias: ALiBi, T5, KERPLE, Sandwich); "
                 f"{type(position).__name__} has none: use kernel='auto' or 'dense'"
             )
         if getattr(position, "bias_holds_logits", False):

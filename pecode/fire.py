@@ -1,4 +1,4 @@
-"""FIRE: functional interpolation for relative positions (chapter to come).
+"""FIRE: functional interpolation for relative positions (page 6.1).
 
 Li, You, Guruganesh, Ainslie, Ontanon, Zaheer, Sanghai, Yang, Kumar and Bhojanapalli,
 "Functional Interpolation for Relative Positions Improves Long Context Transformers"

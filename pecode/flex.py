@@ -5,7 +5,7 @@ occur, ``H·(Lq + Lk - 1)`` numbers. FlexAttention (:func:`torch.nn.attention.fl
 reads that table inside its kernel through a ``score_mod``, and the causal, window,
 chunk and padding limits through a block mask, so nothing of size ``Lq×Lk`` is stored;
 the dense path of :class:`~pecode.attention.MultiHeadAttention` folds the same bias into
-an ``[B, H, Lq, Lk]`` float mask for SDPA. Chapter 11 measures both.
+an ``[B, H, Lq, Lk]`` float mask for SDPA. Chapter 12 measures both (section ``ch11-flex``).
 
 What FlexAttention does here (PyTorch 2.13), and what this module does about it:
 

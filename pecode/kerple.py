@@ -1,4 +1,4 @@
-"""KERPLE: kernelized relative positional biases (Chi et al., NeurIPS 2022; chapter to come).
+"""KERPLE: kernelized relative positional biases (Chi et al., NeurIPS 2022; page 6.1).
 
 Each head adds to the logit of query ``i`` and key ``j`` a bias that falls with the
 distance ``d = |i - j|``, from a conditionally positive definite kernel with two learned

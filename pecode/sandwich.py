@@ -1,4 +1,4 @@
-"""Sandwich: the sinusoidal table's inner product as a relative bias (chapter to come).
+"""Sandwich: the sinusoidal table's inner product as a relative bias (page 6.1).
 
 Chi, Fan, Rudnicky and Ramadge, "Dissecting Transformer Length Extrapolation via the Lens
 of Receptive Field Analysis" (ACL 2023, arXiv 2212.10356). Two rows ``p_m`` and ``p_n``
