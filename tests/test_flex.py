@@ -171,6 +171,7 @@ def test_training_on_the_cpu_takes_the_dense_path_with_its_gradients(flex_calls)
     assert flex_calls == []
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention's backward needs CUDA")
 @pytest.mark.parametrize("scheme_name", ["alibi", "t5_decoder", "kerple_log"])
 def test_flex_backward_on_cuda_equals_the_dense_path(scheme_name, flex_calls):
