@@ -838,8 +838,9 @@ class MultiHeadAttention(nn.Module):
         q = self.q_norm(q) if after else q
         if self.query_temperature is not None:  # after the scheme, as Llama 4 and Ministral 3
             q = q * self._temperature(positions, past).to(q.device, q.dtype)
-        if flex and self._flex_fits(q, k, v, attn_mask, positions, k_positions):
-            return q, k, v, _FlexCall(attn_mask, causal), positions, k_positions
+        offsets = self._flex_offsets(q, k, v, attn_mask, positions, k_positions) if flex else None
+        if offsets is not None:
+            return q, k, v, _FlexCall(attn_mask, causal, *offsets), positions, k_positions
         mask = self._mask(q, k, attn_mask, causal, positions, k_positions)
         return q, k, v, mask, positions, k_positions
 
@@ -865,7 +866,7 @@ class MultiHeadAttention(nn.Module):
             )
         return _fold_mask(attn_mask, causal, bias, length, k_len, q.dtype, q.device)
 
-    def _flex_fits(
+    def _flex_offsets(
         self,
         q: Tensor,
         k: Tensor,
@@ -873,26 +874,27 @@ class MultiHeadAttention(nn.Module):
         attn_mask: Tensor | None,
         q_positions: Tensor,
         k_positions: Tensor,
-    ) -> bool:
-        """Whether ``kernel`` and this call let FlexAttention compute the attention."""
+    ) -> tuple[int, int] | None:
+        """The offsets ``(low, high)`` FlexAttention's table must cover, or ``None`` when
+        ``kernel`` or this call leave the attention to the dense path."""
         if self.kernel == "dense" or not self.position.has_offset_bias:
-            return False
+            return None
         if self.position.has_output_term or self.softcap is not None or self.sinks is not None:
-            return False
+            return None
         if attn_mask is not None and attn_mask.dtype != torch.bool:
-            return False
+            return None
         if self.training and self.dropout > 0:  # FlexAttention has no dropout
-            return False
+            return None
         if self.kernel == "auto" and (_FLEX_FAILED or q.shape[2] * k.shape[2] < _AUTO_FLEX_ENTRIES):
-            return False
+            return None
         tensors = (q, k, v, *self.position.parameters())
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
         if flex_unsupported(q, needs_grad) is not None:
-            return False
+            return None
         # one table serves every row: rows at far-apart positions would need one as wide
         # as their distance, and then the dense mask is the smaller
         low, high = offset_range(q_positions, k_positions)
-        return high - low + 1 <= 4 * (q.shape[2] + k.shape[2])
+        return (low, high) if high - low + 1 <= 4 * (q.shape[2] + k.shape[2]) else None
 
     def _flex(
         self,
@@ -905,7 +907,7 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor | None:
         """The attention by FlexAttention, the bias read from the scheme's offset table;
         ``None`` if FlexAttention failed under ``kernel="auto"`` (the caller goes dense)."""
-        low, high = offset_range(q_positions, k_positions)
+        low, high = call.low, call.high
         table = self.position.offset_bias(q, torch.arange(low, high + 1, device=q.device))
         _check_broadcast(
             f"the offset bias of {type(self.position).__name__}",
@@ -1152,12 +1154,13 @@ _FLEX_FAILED = False  # set once FlexAttention failed under kernel="auto"
 
 
 class _FlexCall:
-    """What :meth:`MultiHeadAttention.forward` needs to run FlexAttention: the masks."""
+    """What :meth:`MultiHeadAttention.forward` needs to run FlexAttention: the masks and
+    the offsets its table covers."""
 
-    __slots__ = ("attn_mask", "causal")
+    __slots__ = ("attn_mask", "causal", "high", "low")
 
-    def __init__(self, attn_mask: Tensor | None, causal: bool) -> None:
-        self.attn_mask, self.causal = attn_mask, causal
+    def __init__(self, attn_mask: Tensor | None, causal: bool, low: int, high: int) -> None:
+        self.attn_mask, self.causal, self.low, self.high = attn_mask, causal, low, high
 
 
 _FLEX_WARNED: set[str] = set()  # the kinds of FlexAttention failure already reported
