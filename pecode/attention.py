@@ -700,6 +700,10 @@ class MultiHeadAttention(nn.Module):
             scale = self._logit_scale()
             grouped = self.num_kv_heads != self.num_heads  # SDPA has enable_gqa since torch 2.5
             is_causal = isinstance(mask, str)  # _CAUSAL: a causal prefill, no mask tensor
+            if isinstance(mask, Tensor) and mask.dim() == 3:
+                # [H, L, Lk] as [1, H, L, Lk]: the same values, and PyTorch's fused CPU
+                # kernel takes a float mask only in 2-D or 4-D (half the time in training)
+                mask = mask.unsqueeze(0)
             out = F.scaled_dot_product_attention(
                 q,
                 k,

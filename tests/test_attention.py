@@ -813,3 +813,21 @@ def test_positions_with_one_row_serve_the_whole_batch():
         expected = layer(x, positions=positions, causal=True)
         assert torch.equal(layer(x, positions=positions[None], causal=True), expected)
         assert torch.equal(layer(x, positions=positions.expand(3, 5), causal=True), expected)
+
+
+def test_a_heads_bias_reaches_pytorchs_fused_cpu_kernel():
+    """ALiBi's [H, L, L] bias is handed to SDPA as [1, H, L, L]: PyTorch's fused CPU
+    kernel takes a float mask only in 2-D or 4-D, and refuses the call when restricted to
+    it otherwise. Checked against the float64 loop with the loop's own ALiBi bias."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from pecode.reference.alibi import alibi_bias_loop
+
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(16, 4, position=ALiBi(4)).eval()
+    x = torch.randn(2, 9, 16)
+    bias = alibi_bias_loop(layer.position.slopes.tolist(), list(range(9)), list(range(9)))
+    with torch.no_grad(), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        fused = layer(x, causal=True)
+    reference = multi_head_attention_loop(layer.double(), x.double(), causal=True, bias=bias)
+    torch.testing.assert_close(fused.double(), reference, rtol=1e-5, atol=1e-5)

@@ -10,6 +10,7 @@ import torch
 
 from pecode.attention import PositionScheme
 from pecode.experiments import (
+    BIAS_FAMILY_SCHEMES,
     HYBRID_SCHEMES,
     IGNORE_INDEX,
     LOCAL_WINDOW_SHARE,
@@ -41,6 +42,9 @@ from pecode.experiments import (
     with_rope_scaling,
     yarn_paper_frequencies,
 )
+from pecode.fire import FIRE
+from pecode.forgetting import ForgettingGate
+from pecode.kerple import Kerple
 from pecode.layer_pattern import nope_layers
 from pecode.reference.rope import rope_loop
 from pecode.reference.scaling import yarn_inv_freq_code_loop, yarn_inv_freq_paper_loop
@@ -155,7 +159,7 @@ def test_needle_batch_rejects_bad_input(kwargs, match):
 # --- model -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scheme", SCHEMES + HYBRID_SCHEMES)
+@pytest.mark.parametrize("scheme", SCHEMES + HYBRID_SCHEMES + BIAS_FAMILY_SCHEMES)
 def test_model_shapes_and_causality(scheme):
     torch.manual_seed(0)
     model = TinyDecoder(scheme, vocab_size=7, max_len=12, dim=16, num_heads=2).eval()
@@ -213,6 +217,49 @@ def test_model_rejects_bad_tokens():
 def _decoder(scheme, **kwargs):
     settings = {"vocab_size": 7, "max_len": 12, "dim": 16, "num_heads": 2, **kwargs}
     return TinyDecoder(scheme, **settings).eval()
+
+
+@pytest.mark.parametrize(
+    ("scheme", "kind"), [("kerple", Kerple), ("fire", FIRE), ("forgetting", ForgettingGate)]
+)
+def test_bias_family_schemes_put_pecodes_module_in_every_layer(scheme, kind):
+    """Each layer carries its own instance of the page 6.1 module, built for its heads;
+    FIRE's threshold starts at the training length; the sweep's default is unchanged."""
+    model = _decoder(scheme)
+    schemes = [block.attention.position for block in model.blocks]
+    assert all(type(position) is kind for position in schemes)
+    assert schemes[0] is not schemes[1]
+    assert all(position.num_heads == 2 for position in schemes)
+    if scheme == "kerple":
+        assert all(position.kind == "log" for position in schemes)
+    if scheme == "fire":
+        assert all(position.threshold.detach().item() == 12.0 for position in schemes)
+    assert not set(BIAS_FAMILY_SCHEMES) & set(SCHEMES + HYBRID_SCHEMES)
+
+
+def test_bias_family_model_equals_its_layers_run_by_hand():
+    """A "kerple" TinyDecoder's logits are the blocks' arithmetic written out with the
+    layer's own score_bias added to q·kᵀ/√Dh under the causal mask (float64)."""
+    torch.manual_seed(1)
+    model = _decoder("kerple").double()
+    tokens = torch.randint(7, (2, 9))
+    x = model.embedding(tokens)
+    for block in model.blocks:
+        attention = block.attention
+        h = block.norm1(x)
+        q, k, v = (
+            proj(h).view(2, 9, 2, 8).transpose(1, 2)
+            for proj in (attention.q_proj, attention.k_proj, attention.v_proj)
+        )
+        positions = torch.arange(9)
+        logits = q @ k.transpose(-1, -2) / math.sqrt(8)
+        logits = logits + attention.position.score_bias(q, k, positions, positions)
+        logits = logits.masked_fill(torch.ones(9, 9, dtype=torch.bool).triu(1), -math.inf)
+        out = (logits.softmax(-1) @ v).transpose(1, 2).reshape(2, 9, 16)
+        x = x + attention.out_proj(out)
+        x = x + block.mlp(block.norm2(x))
+    expected = model.readout(model.norm(x))
+    torch.testing.assert_close(model(tokens), expected, rtol=1e-12, atol=1e-12)
 
 
 def test_rope_nope_is_a_hybrid_not_a_default_scheme():

@@ -51,6 +51,7 @@ from pecode.experiments.models import (
     attention_entropy,
     attention_on_first_keys,
     attention_to_sinks,
+    check_scheme,
     cpu_threads,
     map_jobs,
     readings,
@@ -90,6 +91,11 @@ of :data:`NOPE_EVERY` layers (:func:`pecode.layer_pattern.nope_layers`);
 ``"rope_local_global"``, RoPE layers alternating between a sliding window of
 :data:`LOCAL_WINDOW_SHARE` of the training length and the whole input (gpt-oss)."""
 
+BIAS_FAMILY_SCHEMES: tuple[str, ...] = _models.BIAS_FAMILY_SCHEMES
+"""Additive biases after ALiBi (page 6.1), accepted beside ``SCHEMES`` like
+``HYBRID_SCHEMES``: ``"kerple"`` (the logarithmic kernel), ``"fire"`` (threshold at
+the training length) and ``"forgetting"`` (the forget gate, read from the keys)."""
+
 P_ROPE_FRACTION: float = _models.P_ROPE_FRACTION
 """The share of each head's pairs a ``"p_rope"`` :class:`TinyDecoder` rotates (0.25, as
 Gemma 4's global layers; p-RoPE, Barbero et al. 2024)."""
@@ -123,6 +129,7 @@ IGNORE_INDEX: int = _tasks.IGNORE_INDEX
 """Target value of positions without a target; ignored by the loss and the accuracy."""
 
 __all__ = [
+    "BIAS_FAMILY_SCHEMES",
     "HYBRID_SCHEMES",
     "IGNORE_INDEX",
     "LOCAL_WINDOW_SHARE",
@@ -295,7 +302,7 @@ def train(
     cross-entropy, plus the needle's when ``config.needle_values > 0``.
 
     Args:
-        scheme: one of ``SCHEMES`` or ``HYBRID_SCHEMES``.
+        scheme: one of ``SCHEMES``, ``HYBRID_SCHEMES`` or ``BIAS_FAMILY_SCHEMES``.
         config: the shared budget.
         seed: non-negative int.
         on_step: called after every optimizer step (a progress bar's ``update``).
@@ -308,9 +315,7 @@ def train(
     """
     if not isinstance(config, ExperimentConfig):
         raise TypeError(f"config must be an ExperimentConfig, got {type(config).__name__}")
-    if scheme not in SCHEMES + HYBRID_SCHEMES:
-        accepted = list(SCHEMES + HYBRID_SCHEMES)
-        raise ValueError(f"unknown scheme {scheme!r}; accepted: {accepted}")
+    check_scheme(scheme)
     generator = set_seed(seed)  # seeds the initialization; the generator draws the data
     with cpu_threads(config.num_threads):
         model = TinyDecoder(
@@ -585,7 +590,7 @@ def run_experiment(
     Args:
         config: tasks, model and budget.
         seeds: the training seeds (distinct non-negative ints).
-        schemes: a subset of ``SCHEMES`` and ``HYBRID_SCHEMES``.
+        schemes: a subset of ``SCHEMES``, ``HYBRID_SCHEMES`` and ``BIAS_FAMILY_SCHEMES``.
         rope_scalings: a subset of ``ROPE_READINGS`` and ``PRACTICE_READINGS`` (ignored
             without ``"rope"``).
         window: the test-time attention window, or ``None``.
@@ -603,8 +608,7 @@ def run_experiment(
     for seed in seeds:
         check_int("seed", seed, 0)
     for name in schemes:
-        if name not in SCHEMES + HYBRID_SCHEMES:
-            raise ValueError(f"unknown scheme {name!r}; accepted: {list(SCHEMES + HYBRID_SCHEMES)}")
+        check_scheme(name)
     for kind in rope_scalings:
         if kind not in ROPE_READINGS + PRACTICE_READINGS:
             raise ValueError(

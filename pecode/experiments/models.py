@@ -36,6 +36,9 @@ from pecode._checks import check_int
 from pecode.absolute import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from pecode.alibi import ALiBi
 from pecode.attention import KVCache, MultiHeadAttention, PositionScheme
+from pecode.fire import FIRE
+from pecode.forgetting import ForgettingGate
+from pecode.kerple import Kerple
 from pecode.layer_pattern import nope_layers
 from pecode.relative import T5RelativePositionBias
 from pecode.rerope import ReRoPE
@@ -49,6 +52,7 @@ from pecode.scaling import (
 from pecode.utils import cpu_threads
 
 __all__ = [
+    "BIAS_FAMILY_SCHEMES",
     "HYBRID_SCHEMES",
     "LOCAL_WINDOW_SHARE",
     "NOPE_EVERY",
@@ -66,6 +70,7 @@ __all__ = [
     "attention_entropy",
     "attention_on_first_keys",
     "attention_to_sinks",
+    "check_scheme",
     "cpu_threads",
     "map_jobs",
     "sliding_window_mask",
@@ -86,6 +91,14 @@ RoPE with a learned sink logit per head in every layer (gpt-oss's ``sinks``);
 ``"rope_local_global"`` alternates RoPE layers with a sliding window of
 :data:`LOCAL_WINDOW_SHARE` of the training length and RoPE layers that see everything,
 the windowed one first (gpt-oss's alternation)."""
+
+BIAS_FAMILY_SCHEMES: tuple[str, ...] = ("kerple", "fire", "forgetting")
+"""Additive biases after ALiBi (page 6.1), accepted beside ``SCHEMES`` but not in it:
+``"kerple"``, :class:`~pecode.kerple.Kerple`'s logarithmic kernel (the authors' better
+one); ``"fire"``, :class:`~pecode.fire.FIRE` with its threshold ``L0`` at the training
+length, so that past it the progressive normalisation, not the threshold, sets the
+scale; ``"forgetting"``, :class:`~pecode.forgetting.ForgettingGate` (its gate read from
+the keys), the Forgetting Transformer's scheme, with no other positions."""
 
 LOCAL_WINDOW_SHARE: float = 0.125
 """The sliding window of a ``"rope_local_global"`` model's local layers, as a share of
@@ -135,6 +148,15 @@ REROPE_WINDOW_SHARE: float = 0.5
 """ReRoPE's window as a share of the training length in ``PRACTICE_READINGS``."""
 
 
+def check_scheme(scheme: object, accepted: Sequence[str] | None = None) -> None:
+    """Raise ``ValueError`` naming the accepted schemes unless ``scheme`` is one of
+    ``accepted`` (by default every scheme :class:`TinyDecoder` builds)."""
+    if accepted is None:
+        accepted = SCHEMES + HYBRID_SCHEMES + BIAS_FAMILY_SCHEMES
+    if scheme not in accepted:
+        raise ValueError(f"unknown scheme {scheme!r}; accepted: {list(accepted)}")
+
+
 def sliding_window_mask(length: int, window: int) -> Tensor:
     """Boolean mask, ``True`` where query ``t`` may attend to key ``u``: ``0 <= t - u < window``.
 
@@ -172,6 +194,12 @@ def _position_scheme(
         )
     if scheme == "alibi":
         return ALiBi(num_heads)
+    if scheme == "kerple":
+        return Kerple(num_heads, "log")
+    if scheme == "fire":
+        return FIRE(num_heads, init_L=float(train_length))
+    if scheme == "forgetting":
+        return ForgettingGate(num_heads, head_dim)
     if scheme == "rope":
         return RotaryEmbedding(head_dim)
     if scheme == "p_rope":
@@ -214,9 +242,9 @@ class TinyDecoder(nn.Module):
     :class:`~pecode.absolute.LearnedPositionalEncoding` with ``max_len`` rows), then
     ``num_layers`` pre-LN blocks (Xiong et al. 2020) with causal
     :class:`~pecode.attention.MultiHeadAttention` carrying the scheme (T5 bias, ALiBi,
-    RoPE, or nothing), a final LayerNorm and a linear read-out. ``none`` adds no
-    position information at all: only the causal mask (NoPE, Kazemnejad et al. 2023).
-    ``rope_nope`` is RoPE in every layer except the NoPE ones of
+    RoPE, one of ``BIAS_FAMILY_SCHEMES``, or nothing), a final LayerNorm and a linear
+    read-out. ``none`` adds no position information at all: only the causal mask
+    (NoPE, Kazemnejad et al. 2023). ``rope_nope`` is RoPE in every layer except the NoPE ones of
     ``nope_layers(num_layers, every=nope_every)``, the last of each group of
     ``nope_every`` (Llama 4, SmolLM3; with chapter 13's two layers and the default
     interval: RoPE, then NoPE). RoPE has no parameters, so a ``rope_nope`` model has the
@@ -231,7 +259,7 @@ class TinyDecoder(nn.Module):
         tokens: [batch, seq] (int64, in 0 .. vocab_size-1)    returns: [batch, seq, output_size]
 
     Args:
-        scheme: one of ``SCHEMES``.
+        scheme: one of ``SCHEMES``, ``HYBRID_SCHEMES`` or ``BIAS_FAMILY_SCHEMES``.
         vocab_size: number of token ids.
         max_len: the training length; rows of the learned table, and T5's
             ``max_distance`` (at least 16, which T5's 16 decoder buckets need).
@@ -261,10 +289,7 @@ class TinyDecoder(nn.Module):
         nope_every: int | None = None,
     ) -> None:
         super().__init__()
-        if scheme not in SCHEMES + HYBRID_SCHEMES:
-            raise ValueError(
-                f"unknown scheme {scheme!r}; accepted: {list(SCHEMES + HYBRID_SCHEMES)}"
-            )
+        check_scheme(scheme)
         check_int("vocab_size", vocab_size, 2)
         check_int("max_len", max_len, 1)
         check_int("dim", dim, 1)

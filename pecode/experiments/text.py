@@ -45,6 +45,7 @@ from torch import Tensor
 
 from pecode._checks import check_int
 from pecode.experiments import (
+    BIAS_FAMILY_SCHEMES,
     HYBRID_SCHEMES,
     ROPE_READINGS,
     PairedInterval,
@@ -54,7 +55,7 @@ from pecode.experiments import (
     paired_t_interval,
     with_rope_scaling,
 )
-from pecode.experiments.models import readings
+from pecode.experiments.models import check_scheme, readings
 from pecode.experiments.trained_cache import trained
 from pecode.experiments.training import fit
 from pecode.streaming import SinkCache
@@ -90,8 +91,17 @@ CORPUS_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565e
 """The SHA-256 of the corpus file, checked at every load, so that every machine reads the
 same bytes or gets an error."""
 
-TEXT_SCHEMES: tuple[str, ...] = ("sinusoidal", "learned", "t5", "alibi", "rope")
-"""The trained position schemes (of :data:`pecode.experiments.SCHEMES`)."""
+TEXT_SCHEMES: tuple[str, ...] = (
+    "sinusoidal",
+    "learned",
+    "t5",
+    "alibi",
+    *BIAS_FAMILY_SCHEMES,
+    "rope",
+)
+"""The trained position schemes: five of :data:`pecode.experiments.SCHEMES` and the
+bias family of :data:`pecode.experiments.BIAS_FAMILY_SCHEMES` (KERPLE, FIRE, the
+forgetting gate)."""
 
 TEXT_VARIANTS: tuple[str, ...] = (*TEXT_SCHEMES, *(f"rope+{kind}" for kind in ROPE_READINGS))
 """Every model :func:`run_text_experiment` reads by default: the schemes first, then the
@@ -418,9 +428,7 @@ def train_language_model(
         raise TypeError(f"config must be a TextConfig, got {type(config).__name__}")
     if not isinstance(splits, CorpusSplits):
         raise TypeError(f"splits must be a CorpusSplits, got {type(splits).__name__}")
-    if scheme not in TEXT_SCHEMES + HYBRID_SCHEMES:
-        accepted = list(TEXT_SCHEMES + HYBRID_SCHEMES)
-        raise ValueError(f"unknown scheme {scheme!r}; accepted: {accepted}")
+    check_scheme(scheme, TEXT_SCHEMES + HYBRID_SCHEMES)
     generator = set_seed(seed)  # seeds the initialization; the generator draws the windows
     with cpu_threads(config.num_threads):
         model = TinyDecoder(
@@ -787,8 +795,7 @@ def run_text_experiment(
     for seed in seeds:
         check_int("seed", seed, 0)
     for name in schemes:
-        if name not in TEXT_SCHEMES:
-            raise ValueError(f"unknown scheme {name!r}; accepted: {list(TEXT_SCHEMES)}")
+        check_scheme(name, TEXT_SCHEMES)
     for kind in rope_readings:
         if kind not in ROPE_READINGS:
             raise ValueError(f"unknown rope reading {kind!r}; accepted: {list(ROPE_READINGS)}")
