@@ -702,7 +702,8 @@ class MultiHeadAttention(nn.Module):
             is_causal = isinstance(mask, str)  # _CAUSAL: a causal prefill, no mask tensor
             if isinstance(mask, Tensor) and mask.dim() == 3:
                 # [H, L, Lk] as [1, H, L, Lk]: the same values, and PyTorch's fused CPU
-                # kernel takes a float mask only in 2-D or 4-D (half the time in training)
+                # kernel takes a float mask only in 2-D or 4-D (a mask that needs a
+                # gradient, a learned bias in training, still goes the unfused way)
                 mask = mask.unsqueeze(0)
             out = F.scaled_dot_product_attention(
                 q,

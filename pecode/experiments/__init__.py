@@ -93,8 +93,9 @@ of :data:`NOPE_EVERY` layers (:func:`pecode.layer_pattern.nope_layers`);
 
 BIAS_FAMILY_SCHEMES: tuple[str, ...] = _models.BIAS_FAMILY_SCHEMES
 """Additive biases after ALiBi (page 6.1), accepted beside ``SCHEMES`` like
-``HYBRID_SCHEMES``: ``"kerple"`` (the logarithmic kernel), ``"fire"`` (threshold at
-the training length) and ``"forgetting"`` (the forget gate, read from the keys)."""
+``HYBRID_SCHEMES``: ``"kerple"`` (the logarithmic kernel), ``"fire"`` (its learned
+threshold initialised at the training length) and ``"forgetting"`` (the forget gate,
+read from the keys); one module per layer."""
 
 P_ROPE_FRACTION: float = _models.P_ROPE_FRACTION
 """The share of each head's pairs a ``"p_rope"`` :class:`TinyDecoder` rotates (0.25, as

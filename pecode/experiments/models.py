@@ -95,10 +95,11 @@ the windowed one first (gpt-oss's alternation)."""
 BIAS_FAMILY_SCHEMES: tuple[str, ...] = ("kerple", "fire", "forgetting")
 """Additive biases after ALiBi (page 6.1), accepted beside ``SCHEMES`` but not in it:
 ``"kerple"``, :class:`~pecode.kerple.Kerple`'s logarithmic kernel (the authors' better
-one); ``"fire"``, :class:`~pecode.fire.FIRE` with its threshold ``L0`` at the training
-length, so that past it the progressive normalisation, not the threshold, sets the
-scale; ``"forgetting"``, :class:`~pecode.forgetting.ForgettingGate` (its gate read from
-the keys), the Forgetting Transformer's scheme, with no other positions."""
+one); ``"fire"``, :class:`~pecode.fire.FIRE` with its learned threshold initialised at
+the training length (``init_L``; the module's default is 512); ``"forgetting"``,
+:class:`~pecode.forgetting.ForgettingGate` (its gate read from the keys), the Forgetting
+Transformer's scheme, with no other positions. Every layer has its own module (the
+authors' KERPLE code shares one across layers)."""
 
 LOCAL_WINDOW_SHARE: float = 0.125
 """The sliding window of a ``"rope_local_global"`` model's local layers, as a share of
