@@ -221,6 +221,13 @@ def causal_mask(q_len: int, k_len: int, device: torch.device | str | None = None
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(diagonal=offset)
 
 
+def _four_dims(mask: Tensor | None) -> Tensor | None:
+    """A per-head mask ``[H, L, Lk]`` as ``[1, H, L, Lk]``: the same values, in a shape
+    PyTorch's fused CPU attention kernel accepts (it takes a float mask only in 2-D or
+    4-D; a mask that needs a gradient, a learned bias in training, still goes unfused)."""
+    return mask.unsqueeze(0) if mask is not None and mask.dim() == 3 else mask
+
+
 def additive_mask(
     attn_mask: Tensor | None,
     *,
@@ -700,16 +707,11 @@ class MultiHeadAttention(nn.Module):
             scale = self._logit_scale()
             grouped = self.num_kv_heads != self.num_heads  # SDPA has enable_gqa since torch 2.5
             is_causal = isinstance(mask, str)  # _CAUSAL: a causal prefill, no mask tensor
-            if isinstance(mask, Tensor) and mask.dim() == 3:
-                # [H, L, Lk] as [1, H, L, Lk]: the same values, and PyTorch's fused CPU
-                # kernel takes a float mask only in 2-D or 4-D (a mask that needs a
-                # gradient, a learned bias in training, still goes the unfused way)
-                mask = mask.unsqueeze(0)
             out = F.scaled_dot_product_attention(
                 q,
                 k,
                 v,
-                attn_mask=None if is_causal else mask,
+                attn_mask=None if is_causal else _four_dims(mask),
                 dropout_p=dropout,
                 is_causal=is_causal,
                 scale=scale,
