@@ -18,7 +18,8 @@ What FlexAttention does here (PyTorch 2.13), and what this module does about it:
   it raises :class:`FlexRecompileLimit` instead, and the layer takes its dense path;
 * on the CPU it has no backward and takes float32, float16 and bfloat16 only:
   :func:`flex_unsupported` says so, and the layer then takes its dense path;
-* on the CPU it compiles only with ATen's AVX2 or AVX-512 kernels and not on macOS;
+* on the CPU it compiles only from PyTorch 2.9 on (2.7's and 2.8's generated C++ does
+  not compile), with ATen's AVX2 or AVX-512 kernels and not on macOS;
   and Inductor's on-disk cache does not tell apart kernels compiled under different
   ``ATEN_CPU_CAPABILITY`` values (reusing an AVX2 kernel under AVX-512 gave wrong
   outputs here), so this module compiles into a folder of that cache per capability;
@@ -77,6 +78,12 @@ def offset_range(q_positions: Tensor, k_positions: Tensor) -> tuple[int, int]:
     return low, high
 
 
+def _torch_version() -> tuple[int, int]:
+    """PyTorch's (major, minor) version."""
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
 def flex_unsupported(q: Tensor, needs_grad: bool) -> str | None:
     """Why FlexAttention cannot compute this call, or ``None`` if it can.
 
@@ -89,6 +96,10 @@ def flex_unsupported(q: Tensor, needs_grad: bool) -> str | None:
     if q.device.type not in ("cpu", "cuda"):
         return f"FlexAttention runs on the CPU and CUDA, not on {q.device.type}"
     if q.device.type == "cpu":
+        if _torch_version() < (2, 9):
+            # Inductor's C++ for FlexAttention does not compile in PyTorch 2.7 and 2.8
+            # (checked with a bare flex_attention call; 2.9 and 2.13 compile it)
+            return f"FlexAttention on the CPU needs PyTorch 2.9 or later, not {torch.__version__}"
         capability = torch.backends.cpu.get_cpu_capability()
         if capability not in ("AVX2", "AVX512") or sys.platform == "darwin":
             # PyTorch compiles FlexAttention for the CPU with AVX2 or AVX-512 only, and

@@ -219,6 +219,7 @@ def test_auto_falls_back_to_the_dense_path_with_a_warning_when_flex_fails(monkey
 
 def test_what_flex_cannot_compute_on_the_cpu_is_named(monkeypatch):
     q = torch.zeros(1, 1, 2, 4)
+    monkeypatch.setattr(flex, "_torch_version", lambda: (2, 13))  # the rules after 2.9
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
     assert "AVX2" in flex.flex_unsupported(q, needs_grad=False)  # PyTorch's own rule
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
@@ -332,3 +333,14 @@ def test_a_subclass_that_changes_the_bias_has_no_table():
     assert not Steeper(4).has_offset_bias
     with pytest.raises(ValueError, match="kernel='flex'"):
         MultiHeadAttention(16, 4, position=Steeper(4), kernel="flex")
+
+
+def test_no_cpu_flexattention_before_pytorch_2_9(monkeypatch):
+    """PyTorch 2.7's and 2.8's Inductor emit C++ for CPU FlexAttention that gcc rejects
+    (a bare flex_attention call fails there, 2.9 and 2.13 compile it): pecode names the
+    version and the layer takes its dense path."""
+    q = torch.zeros(1, 1, 4, 8)
+    monkeypatch.setattr(flex, "_torch_version", lambda: (2, 8))
+    assert "2.9 or later" in flex.flex_unsupported(q, needs_grad=False)
+    monkeypatch.setattr(flex, "_torch_version", lambda: (2, 9))
+    assert "2.9" not in str(flex.flex_unsupported(q, needs_grad=False))
