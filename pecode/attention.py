@@ -121,12 +121,20 @@ class PositionScheme(nn.Module):
         """
         raise NotImplementedError
 
+    _offset_table = False  # set for each subclass when it is defined
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # decided once per class, not per call, so that torch.compile (2.7 included)
+        # reads a class attribute instead of tracing a walk over the MRO
+        owner = next(c for c in cls.__mro__ if "score_bias" in vars(c))
+        cls._offset_table = owner is not PositionScheme and "offset_bias" in vars(owner)
+
     @property
     def has_offset_bias(self) -> bool:
         """True when the class that defines :meth:`score_bias` also defines
         :meth:`offset_bias` (a subclass that changes only the bias has no table)."""
-        owner = next(c for c in type(self).__mro__ if "score_bias" in vars(c))
-        return owner is not PositionScheme and "offset_bias" in vars(owner)
+        return self._offset_table
 
     def output_term(self, weights: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         """Return a term added to each head's output, computed from the attention weights.
