@@ -99,9 +99,9 @@ TEXT_SCHEMES: tuple[str, ...] = (
     *BIAS_FAMILY_SCHEMES,
     "rope",
 )
-"""The trained position schemes: five of :data:`pecode.experiments.SCHEMES` and the
-bias family of :data:`pecode.experiments.BIAS_FAMILY_SCHEMES` (KERPLE, FIRE, the
-forgetting gate)."""
+"""Every position scheme the text experiment trains, five of
+:data:`pecode.experiments.SCHEMES` and the bias family of
+:data:`pecode.experiments.BIAS_FAMILY_SCHEMES` (KERPLE, FIRE, the forgetting gate)."""
 
 TEXT_VARIANTS: tuple[str, ...] = (*TEXT_SCHEMES, *(f"rope+{kind}" for kind in ROPE_READINGS))
 """Every model :func:`run_text_experiment` reads by default: the schemes first, then the
